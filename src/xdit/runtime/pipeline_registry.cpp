@@ -1,0 +1,84 @@
+#include "xdit/runtime/pipeline_registry.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+namespace xdit {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, PipelineSpec, std::less<>> specs;  // std::map: entries never move
+};
+
+// A function-local static, so families may register from their own static initialisers.
+Registry& registry() {
+  static Registry instance;
+  return instance;
+}
+
+// The diffusers pipeline class named by <folder>/model_index.json.
+std::string pipeline_class_of(const std::filesystem::path& folder) {
+  const std::filesystem::path index_path = folder / "model_index.json";
+  std::ifstream file(index_path);
+  if (!file) fail(index_path.string(), ": cannot open (--model must name a diffusers folder)");
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(index_path.string(), ": not valid JSON (", e.what(), ")");
+  }
+  if (!index.is_object() || !index.contains("_class_name") || !index["_class_name"].is_string()) {
+    fail(index_path.string(), ": field _class_name is missing or not a string");
+  }
+  return index["_class_name"].get<std::string>();
+}
+
+}  // namespace
+
+void register_pipeline(PipelineSpec spec) {
+  XDIT_CHECK(!spec.pipeline_class.empty(), "register_pipeline: the pipeline class name is empty");
+  XDIT_CHECK(spec.spatial_multiple >= 1, "register_pipeline: ", spec.pipeline_class, " has spatial_multiple ",
+             spec.spatial_multiple);
+  XDIT_CHECK(static_cast<bool>(spec.run), "register_pipeline: ", spec.pipeline_class, " has no run function");
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const std::string name = spec.pipeline_class;
+  XDIT_CHECK(!r.specs.contains(name), "register_pipeline: ", name, " is registered twice");
+  r.specs.emplace(name, std::move(spec));
+}
+
+const PipelineSpec* find_pipeline(std::string_view pipeline_class) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const auto found = r.specs.find(pipeline_class);
+  return found == r.specs.end() ? nullptr : &found->second;
+}
+
+std::vector<std::string> registered_pipelines() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : r.specs) names.push_back(name);
+  return names;
+}
+
+void run_generation(const RunOptions& options) {
+  reject_unsupported(options);
+  if (!options.model) throw NotSupported("running without --model (the bundled demo model)");
+  const std::filesystem::path folder(*options.model);
+  if (!std::filesystem::is_directory(folder)) {
+    throw NotSupported(concat_message("--model ", *options.model, " is not a local folder; Hub repo ids"));
+  }
+  const std::string pipeline_class = pipeline_class_of(folder);
+  const PipelineSpec* spec = find_pipeline(pipeline_class);
+  if (!spec) throw NotSupported("pipeline class " + pipeline_class);
+  validate_for_pipeline(options, *spec);
+  spec->run(options);
+}
+
+}  // namespace xdit
