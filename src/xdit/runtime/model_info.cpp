@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 #include "xdit/io/diffusers.h"
 
@@ -36,7 +37,9 @@ std::string human_bytes(uint64_t n) {
   return scaled(static_cast<double>(n), 1024.0, kUnits, 5, " ");
 }
 
-void print_model_info(const std::string& folder, std::ostream& out) {
+void print_model_info(const std::string& folder, std::ostream& destination) {
+  // Built in full first, so a bad component stops the command before anything is printed.
+  std::ostringstream out;
   const DiffusersRepo repo = DiffusersRepo::open(folder);
   out << "pipeline: " << repo.pipeline_class();
   if (!repo.diffusers_version().empty()) out << " (diffusers " << repo.diffusers_version() << ")";
@@ -61,6 +64,7 @@ void print_model_info(const std::string& folder, std::ostream& out) {
     total_bytes += stats.bytes;
   }
   out << "total: " << human_count(total_params) << " params, " << human_bytes(total_bytes) << "\n";
+  destination << out.str();
 }
 
 }  // namespace xdit

@@ -1,10 +1,10 @@
 #include "xdit/runtime/pipeline_registry.h"
 
+#include "xdit/io/diffusers.h"
+
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <utility>
 
 namespace xdit {
@@ -19,23 +19,6 @@ struct Registry {
 Registry& registry() {
   static Registry instance;
   return instance;
-}
-
-// The diffusers pipeline class named by <folder>/model_index.json.
-std::string pipeline_class_of(const std::filesystem::path& folder) {
-  const std::filesystem::path index_path = folder / "model_index.json";
-  std::ifstream file(index_path);
-  if (!file) fail(index_path.string(), ": cannot open (--model must name a diffusers folder)");
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(index_path.string(), ": not valid JSON (", e.what(), ")");
-  }
-  if (!index.is_object() || !index.contains("_class_name") || !index["_class_name"].is_string()) {
-    fail(index_path.string(), ": field _class_name is missing or not a string");
-  }
-  return index["_class_name"].get<std::string>();
 }
 
 }  // namespace
@@ -74,7 +57,7 @@ void run_generation(const RunOptions& options) {
   if (!std::filesystem::is_directory(folder)) {
     throw NotSupported(concat_message("--model ", *options.model, " is not a local folder; Hub repo ids"));
   }
-  const std::string pipeline_class = pipeline_class_of(folder);
+  const std::string pipeline_class = DiffusersRepo::open(folder.string()).pipeline_class();
   const PipelineSpec* spec = find_pipeline(pipeline_class);
   if (!spec) throw NotSupported("pipeline class " + pipeline_class);
   validate_for_pipeline(options, *spec);
