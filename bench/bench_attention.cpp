@@ -16,7 +16,8 @@ using xdit::Tensor;
 
 Tensor filled(const xdit::Shape& shape, DType dtype, float seed) {
   std::vector<float> values(static_cast<size_t>(xdit::shape_numel(shape)));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f + seed;
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f + seed;
   return Tensor::from_floats(values, shape, dtype);
 }
 

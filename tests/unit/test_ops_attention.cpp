@@ -118,10 +118,14 @@ Tensor mask_for(const Case& c, uint64_t seed) {
 
 Tensor with_layout(const Tensor& dense, Layout layout) {
   switch (layout) {
-    case Layout::PaddedRows: return testing::padded_rows(dense);
-    case Layout::HeadMajor: return dense.permute({0, 2, 1, 3}).clone().permute({0, 2, 1, 3});
-    case Layout::TransposedStorage: return testing::transposed_storage(dense);
-    default: return dense;
+    case Layout::PaddedRows:
+      return testing::padded_rows(dense);
+    case Layout::HeadMajor:
+      return dense.permute({0, 2, 1, 3}).clone().permute({0, 2, 1, 3});
+    case Layout::TransposedStorage:
+      return testing::transposed_storage(dense);
+    default:
+      return dense;
   }
 }
 
@@ -173,7 +177,8 @@ TEST_P(AttentionCases, MatchesFloat64Reference) {
       for (int64_t i = 0; i < c.q_len; ++i) {
         if (expected.lse[(b * c.heads + h) * c.q_len + i] != -kInf) continue;
         EXPECT_EQ(lse[(b * c.heads + h) * c.q_len + i], -kInf);
-        for (int64_t d = 0; d < c.head_dim; ++d) EXPECT_EQ(out[((b * c.q_len + i) * c.heads + h) * c.head_dim + d], 0.0);
+        for (int64_t d = 0; d < c.head_dim; ++d)
+          EXPECT_EQ(out[((b * c.q_len + i) * c.heads + h) * c.head_dim + d], 0.0);
       }
     }
   }
@@ -213,11 +218,10 @@ std::vector<Case> cases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCases, ::testing::Combine(::testing::ValuesIn(cases()),
-                                                                    ::testing::Values(DType::F32, DType::BF16)),
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCases,
+                         ::testing::Combine(::testing::ValuesIn(cases()), ::testing::Values(DType::F32, DType::BF16)),
                          [](const auto& info) {
-                           return std::get<0>(info.param).name + "_" +
-                                  std::string(dtype_name(std::get<1>(info.param)));
+                           return std::get<0>(info.param).name + "_" + std::string(dtype_name(std::get<1>(info.param)));
                          });
 
 // The length: S = 4096 runs many query and key blocks through the blocked path.
@@ -360,8 +364,8 @@ TEST(AttentionExp2, WithinTwoUlpOverTheNormalRange) {
 
 TEST(AttentionExp2, EndsOfTheRange) {
   const float inf = std::numeric_limits<float>::infinity();
-  const float inputs[16] = {-inf, -1000.0f, -151.0f, -149.0f, -140.0f, -127.0f, 0.0f, 1.0f,
-                            -1.0f, 10.0f,   127.0f,  128.0f,  129.0f,  inf,     std::nanf(""), -0.5f};
+  const float inputs[16] = {-inf,  -1000.0f, -151.0f, -149.0f, -140.0f, -127.0f, 0.0f,          1.0f,
+                            -1.0f, 10.0f,    127.0f,  128.0f,  129.0f,  inf,     std::nanf(""), -0.5f};
   float got[16];
   _mm512_storeu_ps(got, cpu::exp2_ps(_mm512_loadu_ps(inputs)));
   EXPECT_EQ(got[0], 0.0f);
@@ -395,7 +399,8 @@ TEST(AttentionBf16Rounding, MatchesScalarConversionBitForBit) {
   }
   for (size_t i = 0; i < patterns.size(); i += 16) {
     uint16_t got[16];
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(got), cpu::f32_to_bf16(_mm512_loadu_ps(reinterpret_cast<const float*>(&patterns[i]))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(got),
+                        cpu::f32_to_bf16(_mm512_loadu_ps(reinterpret_cast<const float*>(&patterns[i]))));
     for (size_t l = 0; l < 16; ++l) {
       ASSERT_EQ(got[l], f32_to_bf16(bits_to_f32(patterns[i + l]))) << std::hex << "bits 0x" << patterns[i + l];
     }
@@ -414,20 +419,16 @@ void expect_error(const std::function<void()>& call, const std::string& fragment
 }
 
 TEST(AttentionValidation, BadArgumentsNameTheOpAndTheShapes) {
-  const Tensor q = random_tensor({2, 5, 4, 64}, DType::F32, 1);
-  const Tensor k = random_tensor({2, 7, 2, 64}, DType::F32, 2);
-  const Tensor v = random_tensor({2, 7, 2, 64}, DType::F32, 3);
-  expect_error([&] { ops::attention(q, random_tensor({3, 7, 2, 64}, DType::F32, 4), random_tensor({3, 7, 2, 64}, DType::F32, 5)); },
-               "[3, 7, 2, 64]");
-  expect_error([&] { ops::attention(q, random_tensor({2, 7, 2, 32}, DType::F32, 4), random_tensor({2, 7, 2, 32}, DType::F32, 5)); },
-               "head dim");
-  expect_error([&] { ops::attention(q, random_tensor({2, 7, 3, 64}, DType::F32, 4), random_tensor({2, 7, 3, 64}, DType::F32, 5)); },
-               "multiple of kv heads 3");
-  expect_error([&] { ops::attention(q, k, random_tensor({2, 8, 2, 64}, DType::F32, 5)); }, "same shape");
+  auto f32 = [](const Shape& shape) { return random_tensor(shape, DType::F32, 1); };
+  const Tensor q = f32({2, 5, 4, 64}), k = f32({2, 7, 2, 64}), v = f32({2, 7, 2, 64});
+  expect_error([&] { ops::attention(q, f32({3, 7, 2, 64}), f32({3, 7, 2, 64})); }, "[3, 7, 2, 64]");
+  expect_error([&] { ops::attention(q, f32({2, 7, 2, 32}), f32({2, 7, 2, 32})); }, "head dim");
+  expect_error([&] { ops::attention(q, f32({2, 7, 3, 64}), f32({2, 7, 3, 64})); }, "multiple of kv heads 3");
+  expect_error([&] { ops::attention(q, k, f32({2, 8, 2, 64})); }, "same shape");
   expect_error([&] { ops::attention(q, k.to(DType::BF16), v); }, "share a dtype");
   expect_error([&] { ops::attention(q.to(DType::F16), k.to(DType::F16), v.to(DType::F16)); }, "dtype f16");
   expect_error([&] { ops::attention(q.flatten(2), k, v); }, "[B, Sq, H, D]");
-  const Tensor wide = random_tensor({1, 3, 1, 520}, DType::F32, 6);
+  const Tensor wide = f32({1, 3, 1, 520});
   expect_error([&] { ops::attention(wide, wide, wide); }, "head dim 520");
 
   AttentionParams p;

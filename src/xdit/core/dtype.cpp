@@ -161,6 +161,7 @@ void convert_loop(const void* src, void* dst, size_t n, Fn fn) {
 }  // namespace
 
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
+  if (n == 0) return;  // empty tensors may have null data pointers
   if (src_dtype == dst_dtype) {
     std::memcpy(dst, src, n * dtype_size(src_dtype));
     return;

@@ -36,8 +36,8 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   XDIT_CHECK(head_dim >= 1 && head_dim <= kMaxHeadDim, op, ": head dim ", head_dim, " of q ", shape_str(q.shape()),
              " is not supported (1 to ", kMaxHeadDim, ")");
   XDIT_CHECK(k.size(2) >= 1 && q.size(2) % k.size(2) == 0, op, ": query heads ", q.size(2),
-             " must be a multiple of kv heads ", k.size(2), " (q ", shape_str(q.shape()), ", k ",
-             shape_str(k.shape()), ")");
+             " must be a multiple of kv heads ", k.size(2), " (q ", shape_str(q.shape()), ", k ", shape_str(k.shape()),
+             ")");
   XDIT_CHECK(std::isfinite(params.scale), op, ": scale must be finite, got ", params.scale);
   const Tensor& mask = params.key_padding_mask;
   if (mask.defined()) {

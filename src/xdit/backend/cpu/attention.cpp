@@ -42,7 +42,8 @@ constexpr int64_t kRowGranule = 12;    // query blocks are a multiple of both ro
 constexpr int64_t kQueryBlock = 96;    // query rows per task
 constexpr int64_t kKeyBlock = 256;     // keys per online-softmax step
 constexpr int64_t kHeadDimAlign = 16;  // one zmm of f32
-constexpr size_t kPackBudgetBytes = size_t{64} << 20;  // packed K+V held at once
+// Packed K+V held at once; longer or wider problems are packed a few (batch, kv head) at a time.
+constexpr size_t kPackBudgetBytes = size_t{64} << 20;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -214,11 +215,11 @@ void store_row(const float* o, float factor, int64_t n, uint16_t* dst) {
 // Problem geometry shared by every task of one call.
 struct Geometry {
   int64_t batch, q_len, heads, kv_len, kv_heads, head_dim;
-  int64_t padded_dim;      // head_dim rounded up to kHeadDimAlign
-  int64_t padded_kv_len;   // kv_len rounded up to kKeyTile
+  int64_t padded_dim;     // head_dim rounded up to kHeadDimAlign
+  int64_t padded_kv_len;  // kv_len rounded up to kKeyTile
   int64_t query_block, key_block;
   int64_t query_blocks, key_blocks;
-  float factor;            // scale · log2(e): scores in base 2
+  float factor;  // scale · log2(e): scores in base 2
   bool causal;
 };
 
@@ -229,7 +230,7 @@ struct Views {
   const Elem* k;
   const Elem* v;
   Shape q_strides, k_strides, v_strides;
-  Elem* out;  // [B, Sq, H, D] contiguous
+  Elem* out;   // [B, Sq, H, D] contiguous
   float* lse;  // [B, H, Sq] or null
 };
 
@@ -299,7 +300,8 @@ void pack_kv_tile(const Views<Kernel>& in, const Geometry& g, int64_t b, int64_t
 
   for (int64_t half = 0; half < 2; ++half) {
     const Elem* k_rows[16];
-    for (int64_t i = 0; i < 16; ++i) k_rows[i] = half * 16 + i < keys ? row(in.k, in.k_strides, half * 16 + i) : nullptr;
+    for (int64_t i = 0; i < 16; ++i)
+      k_rows[i] = half * 16 + i < keys ? row(in.k, in.k_strides, half * 16 + i) : nullptr;
     pack_units<Kernel>(k_rows, g.head_dim, dp, k_dst + half * 16 * group, kKeyTile, 0xffff);
   }
 
@@ -387,10 +389,17 @@ void value_rows(const Geometry& g, const Scratch<Kernel>& sc, const typename Ker
   }
   const auto* v_rest = v_block + d0 * group;
   switch ((dp - d0) / 16) {  // the last 16, 32 or 48 lanes of the head dim
-    case 3: value_tile<Kernel, kRows, 3>(probs, g.key_block, v_rest, dp, keys, acc + d0, alpha); break;
-    case 2: value_tile<Kernel, kRows, 2>(probs, g.key_block, v_rest, dp, keys, acc + d0, alpha); break;
-    case 1: value_tile<Kernel, kRows, 1>(probs, g.key_block, v_rest, dp, keys, acc + d0, alpha); break;
-    default: break;
+    case 3:
+      value_tile<Kernel, kRows, 3>(probs, g.key_block, v_rest, dp, keys, acc + d0, alpha);
+      break;
+    case 2:
+      value_tile<Kernel, kRows, 2>(probs, g.key_block, v_rest, dp, keys, acc + d0, alpha);
+      break;
+    case 1:
+      value_tile<Kernel, kRows, 1>(probs, g.key_block, v_rest, dp, keys, acc + d0, alpha);
+      break;
+    default:
+      break;
   }
 }
 
@@ -424,9 +433,8 @@ void attend_block(const Views<Kernel>& in, const Geometry& g, const Scratch<Kern
   for (int64_t kb = 0; kb < key_blocks; ++kb) {
     const int64_t key0 = kb * g.key_block;
     const int64_t keys = std::min(g.key_block, g.padded_kv_len - key0);
-    if (attend_bits != nullptr &&
-        std::none_of(attend_bits + key0 / kKeyTile, attend_bits + (key0 + keys) / kKeyTile,
-                     [](uint32_t bits) { return bits != 0; })) {
+    if (attend_bits != nullptr && std::none_of(attend_bits + key0 / kKeyTile, attend_bits + (key0 + keys) / kKeyTile,
+                                               [](uint32_t bits) { return bits != 0; })) {
       continue;  // every key of this block is padding
     }
     for (int64_t r = 0; r < rows; r += kScoreRows) {
@@ -486,7 +494,8 @@ void run_attention(const Views<Kernel>& in, const Geometry& g, const Tensor& key
   const int threads = static_cast<int>(std::clamp<int64_t>(chunk * tasks_per_group, 1, num_threads()));
   const size_t scratch_bytes = Scratch<Kernel>::bytes(g);
   const std::shared_ptr<void> scratch_memory = allocate_host(scratch_bytes * static_cast<size_t>(threads));
-  const std::shared_ptr<void> packed_memory = allocate_host(2 * group_elems * sizeof(Elem) * static_cast<size_t>(chunk));
+  const std::shared_ptr<void> packed_memory =
+      allocate_host(2 * group_elems * sizeof(Elem) * static_cast<size_t>(chunk));
   Elem* const k_packed = static_cast<Elem*>(packed_memory.get());
   Elem* const v_packed = k_packed + group_elems * static_cast<size_t>(chunk);
 
@@ -519,9 +528,14 @@ template <class Kernel>
 void dispatch(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& params, const Geometry& g,
               AttentionResult& result) {
   using Elem = typename Kernel::Elem;
-  const Views<Kernel> in{q.data<Elem>(),  k.data<Elem>(),           v.data<Elem>(),
-                         q.strides(),     k.strides(),              v.strides(),
-                         result.out.data<Elem>(), result.lse.defined() ? result.lse.data<float>() : nullptr};
+  const Views<Kernel> in{q.data<Elem>(),
+                         k.data<Elem>(),
+                         v.data<Elem>(),
+                         q.strides(),
+                         k.strides(),
+                         v.strides(),
+                         result.out.data<Elem>(),
+                         result.lse.defined() ? result.lse.data<float>() : nullptr};
   run_attention<Kernel>(in, g, params.key_padding_mask);
 }
 

@@ -10,7 +10,8 @@ namespace xdit::cpu {
 
 namespace {
 
-// Below this many rows per call, repacking a plain right operand costs more than it saves.
+// Below this many rows a per-call repack of the right operand is not worth its fixed cost, and
+// oneDNN's own on-the-fly packing is used instead.
 constexpr int64_t kPackRowsMin = 256;
 
 struct GemmEntry {

@@ -1,9 +1,11 @@
 // One oneDNN matmul call with cached primitives, shared by matmul, linear and the FP8 linear:
 //   dst[batch..., M, N] = a[batch..., M, K] · b[batch..., K, N] (+ bias[N])
 // Operands are passed with their own strides, so transposed weights (an [N, K] checkpoint tensor
-// seen as [K, N]) and transposed activations are not copied. Only when oneDNN has nothing better
-// than its reference kernel for a layout (no unit-stride dim, say) is that operand first copied
-// into a dense buffer.
+// seen as [K, N]) and transposed activations are not copied. Two exceptions: a row-major right
+// operand shared by all rows of a large product is reordered once per call into the blocked
+// layout oneDNN runs fastest on (cheaper than oneDNN's repacking inside the call), and an operand
+// for which oneDNN has nothing better than its reference kernel (no unit-stride dim, say) is first
+// copied into a dense buffer.
 #pragma once
 
 #include "xdit/core/tensor.h"
