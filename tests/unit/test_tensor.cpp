@@ -146,6 +146,7 @@ TEST(Tensor, BadArgumentsThrowNamedErrors) {
   EXPECT_THROW(t.split({1, 1}, 1), Error);
   EXPECT_THROW(Tensor::empty({-1, 2}, DType::F32), Error);
   EXPECT_THROW(Tensor::empty({int64_t{1} << 40, int64_t{1} << 40}, DType::F32), Error);
+  EXPECT_THROW(Tensor::empty({0, int64_t{1} << 40, int64_t{1} << 40}, DType::F32), Error);
   EXPECT_THROW(Tensor::empty({2}, DType::F32, Device::cuda()), NotSupported);
   try {
     t.narrow(1, 2, 2);

@@ -35,8 +35,10 @@ Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t stride = 1;
   for (size_t i = shape.size(); i-- > 0;) {
+    XDIT_CHECK(shape[i] >= 0, "negative size in shape ", shape_str(shape));
     strides[i] = stride;
-    stride *= std::max<int64_t>(shape[i], 1);
+    XDIT_CHECK(!__builtin_mul_overflow(stride, std::max<int64_t>(shape[i], 1), &stride), "shape ", shape_str(shape),
+               " is too large to address");
   }
   return strides;
 }

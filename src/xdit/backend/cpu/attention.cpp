@@ -50,7 +50,7 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // vdpbf16ps: each f32 lane accumulates the dot product of one pair of bf16.
 struct Bf16Kernel {
-  using Elem = uint16_t;
+  using Elem = bf16_t;
   using Operand = __m512i;
   static constexpr int64_t kGroup = 2;
   static Operand load(const Elem* p) { return _mm512_loadu_si512(p); }
@@ -196,19 +196,12 @@ float softmax_row(float* s, int64_t keys, int64_t key0, int64_t limit, const uin
   return alpha;
 }
 
-void store_row(const float* o, float factor, int64_t n, float* dst) {
+// dst[0, n) = o[0, n) · factor, rounded to the output dtype (bf16: exactly as xdit::f32_to_bf16).
+template <class Elem>
+void store_row(const float* o, float factor, int64_t n, Elem* dst) {
   const __m512 f = _mm512_set1_ps(factor);
-  for (int64_t d = 0; d < n; d += 16) {
-    const __mmask16 m = n - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - d)) - 1u);
-    _mm512_mask_storeu_ps(dst + d, m, _mm512_mul_ps(_mm512_loadu_ps(o + d), f));
-  }
-}
-
-void store_row(const float* o, float factor, int64_t n, uint16_t* dst) {
-  const __m512 f = _mm512_set1_ps(factor);
-  for (int64_t d = 0; d < n; d += 16) {
-    const __mmask16 m = n - d >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - d)) - 1u);
-    _mm256_mask_storeu_epi16(dst + d, m, cpu::f32_to_bf16(_mm512_mul_ps(_mm512_loadu_ps(o + d), f)));
+  for (int64_t d = 0; d < n; d += cpu::kLanes) {
+    cpu::store16(dst + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), f), cpu::first_lanes(n - d));
   }
 }
 
