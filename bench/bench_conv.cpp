@@ -15,30 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "xdit/ops/ops.h"
 
 namespace xdit {
 namespace {
 
-Tensor random_input(const Shape& shape, DType dtype, uint32_t seed) {
-  std::vector<float> data(static_cast<size_t>(shape_numel(shape)));
-  uint32_t state = seed * 2654435761u + 1u;
-  for (float& v : data) {
-    state = state * 1664525u + 1013904223u;
-    v = static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;
-  }
-  return Tensor::from_floats(data, shape, dtype);
-}
+using bench::random_input;
 
 struct ConvShape {
   int64_t channels, out_channels, size, kernel;
 };
 
 void set_rate(benchmark::State& state, const ConvShape& s) {
-  const double gflop = 2.0 * static_cast<double>(s.channels * s.out_channels * s.kernel * s.kernel) *
-                       static_cast<double>(s.size * s.size) * 1e-9;
-  state.counters["GFLOP/s"] = benchmark::Counter(gflop * static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+  bench::set_gflops(state, 2.0 * static_cast<double>(s.channels * s.out_channels * s.kernel * s.kernel) *
+                               static_cast<double>(s.size * s.size) * 1e-9);
 }
 
 Conv2dParams same_padding(const ConvShape& s) { return {{1, 1}, {s.kernel / 2, s.kernel / 2}, {1, 1}, 1}; }
@@ -112,9 +103,7 @@ void BM_CausalConv3d(benchmark::State& state) {
   for (auto _ : state) {
     benchmark::DoNotOptimize(ops::causal_conv3d(x, weight, bias, cache, {{1, 1, 1}, {1, 1, 1}}));
   }
-  const double gflop = 2.0 * static_cast<double>(c * c * 27) * static_cast<double>(t * h * w) * 1e-9;
-  state.counters["GFLOP/s"] = benchmark::Counter(gflop * static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+  bench::set_gflops(state, 2.0 * static_cast<double>(c * c * 27) * static_cast<double>(t * h * w) * 1e-9);
 }
 BENCHMARK(BM_CausalConv3d)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
 

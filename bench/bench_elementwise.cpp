@@ -4,27 +4,18 @@
 #include <benchmark/benchmark.h>
 
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "xdit/ops/ops.h"
 
 namespace xdit {
 namespace {
 
-Tensor random_input(const Shape& shape, DType dtype) {
-  std::mt19937 engine(7);
-  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
-  std::vector<float> data(static_cast<size_t>(shape_numel(shape)));
-  for (float& v : data) v = dist(engine);
-  return Tensor::from_floats(data, shape, dtype);
-}
+using bench::dtype_arg;
+using bench::set_traffic;
 
-DType dtype_arg(const benchmark::State& state) { return state.range(0) == 0 ? DType::F32 : DType::BF16; }
-
-void set_traffic(benchmark::State& state, size_t bytes) {
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
-}
+Tensor random_input(const Shape& shape, DType dtype) { return bench::uniform_input(shape, dtype, -4.0f, 4.0f); }
 
 const Shape kTokens = {1, 4096, 3072};
 

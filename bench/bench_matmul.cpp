@@ -15,32 +15,22 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "xdit/backend/cpu/gemm_packed.h"
 #include "xdit/ops/ops.h"
 
 namespace xdit {
 namespace {
 
-// Uniform values in [-1, 1) from a cheap generator: the inputs are large and only their
-// magnitude matters here.
-Tensor random_input(const Shape& shape, DType dtype, uint32_t seed) {
-  std::vector<float> data(static_cast<size_t>(shape_numel(shape)));
-  uint32_t state = seed * 2654435761u + 1u;
-  for (float& v : data) {
-    state = state * 1664525u + 1013904223u;
-    v = static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;
-  }
-  return Tensor::from_floats(data, shape, dtype);
-}
+using bench::random_input;
 
 struct GemmShape {
   int64_t m, k, n;
 };
 
 void set_rate(benchmark::State& state, const GemmShape& s) {
-  const double gflop = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) * 1e-9;
-  state.counters["GFLOP/s"] = benchmark::Counter(gflop * static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+  bench::set_gflops(state,
+                    2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) * 1e-9);
 }
 
 void bench_linear(benchmark::State& state, GemmShape s, DType dtype) {

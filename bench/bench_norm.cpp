@@ -2,41 +2,32 @@
 // plus one write of the output, so the reported rate compares with the memory bandwidth.
 #include <benchmark/benchmark.h>
 
-#include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "xdit/ops/ops.h"
 
 namespace xdit {
 namespace {
 
-Tensor random_input(const Shape& shape, DType dtype) {
-  std::mt19937 engine(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> data(static_cast<size_t>(shape_numel(shape)));
-  for (float& v : data) v = dist(engine);
-  return Tensor::from_floats(data, shape, dtype);
-}
+using bench::dtype_arg;
+using bench::set_traffic;
 
-DType dtype_arg(const benchmark::State& state) { return state.range(0) == 0 ? DType::F32 : DType::BF16; }
-
-void set_traffic(benchmark::State& state, const Tensor& in, size_t out_bytes) {
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(in.nbytes() + out_bytes));
-}
+Tensor random_input(const Shape& shape, DType dtype) { return bench::uniform_input(shape, dtype, -1.0f, 1.0f); }
 
 // FLUX.2 image tokens at 1024^2: [4096, 3072].
 void BM_RmsNorm(benchmark::State& state) {
   const Tensor x = random_input({4096, 3072}, dtype_arg(state));
   const Tensor weight = random_input({3072}, dtype_arg(state));
   for (auto _ : state) benchmark::DoNotOptimize(ops::rms_norm(x, weight, 1e-6f));
-  set_traffic(state, x, x.nbytes());
+  set_traffic(state, 2 * x.nbytes());
 }
 BENCHMARK(BM_RmsNorm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_LayerNorm(benchmark::State& state) {
   const Tensor x = random_input({4096, 3072}, dtype_arg(state));
   for (auto _ : state) benchmark::DoNotOptimize(ops::layer_norm(x, {}, {}, 1e-6f));
-  set_traffic(state, x, x.nbytes());
+  set_traffic(state, 2 * x.nbytes());
 }
 BENCHMARK(BM_LayerNorm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -46,7 +37,7 @@ void BM_GroupNorm(benchmark::State& state) {
   const Tensor weight = random_input({512}, DType::F32);
   const Tensor bias = random_input({512}, DType::F32);
   for (auto _ : state) benchmark::DoNotOptimize(ops::group_norm(x, 32, weight, bias, 1e-6f));
-  set_traffic(state, x, x.nbytes());
+  set_traffic(state, 2 * x.nbytes());
 }
 BENCHMARK(BM_GroupNorm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -56,7 +47,7 @@ void BM_ApplyRope(benchmark::State& state) {
   const ops::RopeTable table{random_input({4096, 64}, DType::F32), random_input({4096, 64}, DType::F32)};
   const RopeStyle style = state.range(1) == 0 ? RopeStyle::Interleaved : RopeStyle::RotateHalf;
   for (auto _ : state) benchmark::DoNotOptimize(ops::apply_rope(x, table, style));
-  set_traffic(state, x, x.nbytes());
+  set_traffic(state, 2 * x.nbytes());
 }
 BENCHMARK(BM_ApplyRope)->Args({0, 0})->Args({1, 0})->Args({1, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -76,14 +67,14 @@ BENCHMARK(BM_RopeTable)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_L1NormAll(benchmark::State& state) {
   const Tensor x = random_input({1, 4096, 3072}, dtype_arg(state));
   for (auto _ : state) benchmark::DoNotOptimize(ops::l1_norm(x));
-  set_traffic(state, x, 4);
+  set_traffic(state, x.nbytes() + 4);
 }
 BENCHMARK(BM_L1NormAll)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_MeanLastDim(benchmark::State& state) {
   const Tensor x = random_input({4096, 3072}, dtype_arg(state));
   for (auto _ : state) benchmark::DoNotOptimize(ops::mean(x, {-1}));
-  set_traffic(state, x, 4096 * 4);
+  set_traffic(state, x.nbytes() + 4096 * 4);
 }
 BENCHMARK(BM_MeanLastDim)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -26,7 +26,7 @@ class ScratchCleanup : public ::testing::Environment {
 }  // namespace
 
 std::string read_text(const fs::path& path) {
-  std::ifstream file(path);
+  std::ifstream file(path, std::ios::binary);
   std::stringstream text;
   text << file.rdbuf();
   return text.str();
@@ -34,7 +34,13 @@ std::string read_text(const fs::path& path) {
 
 void write_text(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
-  std::ofstream(path) << text;
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string le64(uint64_t n) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
+  return out;
 }
 
 fs::path scratch_folder(const std::string& name) {

@@ -33,7 +33,51 @@ Tensor transposed_storage(const Tensor& dense) {
   return reversed.permute(order);
 }
 
+Tensor in_layout(const Tensor& dense, Layout layout) {
+  switch (layout) {
+    case Layout::Contiguous:
+      return dense;
+    case Layout::PaddedRows:
+      return padded_rows(dense);
+    case Layout::Transposed:
+      return transposed_storage(dense);
+    case Layout::NarrowedView: {
+      if (dense.dim() == 0) return dense;
+      Shape bigger = dense.shape();
+      bigger[0] += 2;
+      Tensor storage = Tensor::zeros(bigger, dense.dtype());
+      Tensor view = storage.narrow(0, 1, dense.size(0));
+      view.copy_from(dense);
+      return view;
+    }
+  }
+  return dense;
+}
+
+std::string layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::Contiguous:
+      return "contiguous";
+    case Layout::PaddedRows:
+      return "padded_rows";
+    case Layout::Transposed:
+      return "transposed";
+    case Layout::NarrowedView:
+      return "narrowed_view";
+  }
+  return "?";
+}
+
 std::vector<double> values(const Tensor& t) { return t.to_doubles(); }
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 Comparison compare(const std::vector<double>& actual, const std::vector<double>& expected) {
   Comparison c;

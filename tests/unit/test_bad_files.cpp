@@ -6,30 +6,25 @@
 //   XDIT_UPDATE_BAD_FILES=1 build-io/bin/test_bad_files --gtest_filter='bad_files.*'
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <vector>
 
+#include "support/files.h"
 #include "xdit/io/diffusers.h"
 #include "xdit/io/json_config.h"
 #include "xdit/io/safetensors.h"
 
 namespace fs = std::filesystem;
 using namespace xdit;
+namespace xt = xdit::testing;
+using xt::le64;
+using xt::read_text;
+using xt::write_text;
 
 namespace {
-
-std::string le64(uint64_t n) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
-  return out;
-}
 
 // A safetensors file: header padded with spaces to a multiple of 8, then `data`.
 std::string st(std::string header, const std::string& data) {
@@ -41,16 +36,6 @@ const std::string kGoodHeader =
     R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
     R"("b":{"dtype":"BF16","shape":[2,2],"data_offsets":[8,16]}})";
 const std::string kGood = st(kGoodHeader, std::string(16, '\x01'));
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 struct BadCase {
   std::string name;
@@ -67,7 +52,7 @@ struct BadCase {
 
 std::string write_own_file(const fs::path& dir, const BadCase& c) {
   const fs::path path = dir / c.file;
-  write_file(path, c.bytes);
+  write_text(path, c.bytes);
   return path.string();
 }
 
@@ -87,7 +72,7 @@ BadCase config_case(std::string name, std::string text, std::function<void(const
 // A diffusers folder with one component "transformer" whose model_index.json is `model_index`.
 std::function<std::string(const fs::path&, const BadCase&)> repo_with(std::string model_index, bool make_folder) {
   return [=](const fs::path& dir, const BadCase&) {
-    write_file(dir / "repo" / "model_index.json", model_index);
+    write_text(dir / "repo" / "model_index.json", model_index);
     if (make_folder) fs::create_directories(dir / "repo" / "transformer");
     return (dir / "repo" / "model_index.json").string();
   };
@@ -100,9 +85,9 @@ void load_repo(const std::string& model_index_path) { DiffusersRepo::open(fs::pa
 std::function<std::string(const fs::path&, const BadCase&)> sharded_with(
     std::string weight_map, std::vector<std::pair<std::string, std::string>> shards) {
   return [=](const fs::path& dir, const BadCase&) {
-    for (const auto& [file, header] : shards) write_file(dir / "ckpt" / file, st(header, std::string(4, '\0')));
+    for (const auto& [file, header] : shards) write_text(dir / "ckpt" / file, st(header, std::string(4, '\0')));
     const fs::path index = dir / "ckpt" / "model.safetensors.index.json";
-    write_file(index, R"({"metadata": {}, "weight_map": )" + weight_map + "}");
+    write_text(index, R"({"metadata": {}, "weight_map": )" + weight_map + "}");
     return index.string();
   };
 }
@@ -258,7 +243,7 @@ std::vector<BadCase> bad_cases() {
        {"tensor \"a\"", "must be a file name in the index's folder"}},
       {"sharded_no_weight_map", "", "",
        [](const fs::path& dir, const BadCase&) {
-         write_file(dir / "idx.json", R"({"metadata": {}})");
+         write_text(dir / "idx.json", R"({"metadata": {}})");
          return (dir / "idx.json").string();
        },
        load_sharded, {"field \"weight_map\" is missing"}},
@@ -331,8 +316,7 @@ class BadFiles : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(BadFiles, GivesAOneLineErrorNamingTheFile) {
   const BadCase& c = GetParam();
-  std::string tmpl = (fs::temp_directory_path() / "xdit_bad_XXXXXX").string();
-  const fs::path dir = ::mkdtemp(tmpl.data());
+  const fs::path dir = xt::scratch_folder("bad_file");
   const std::string path = c.build(dir, c);
   std::string message;
   try {
@@ -343,7 +327,6 @@ TEST_P(BadFiles, GivesAOneLineErrorNamingTheFile) {
   } catch (const std::exception& e) {
     ADD_FAILURE() << c.name << ": not an xdit::Error: " << e.what();
   }
-  fs::remove_all(dir);
   if (message.empty()) return;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   EXPECT_NE(message.find(path), std::string::npos) << "names the file: " << message;
@@ -356,17 +339,15 @@ INSTANTIATE_TEST_SUITE_P(bad_files, BadFiles, ::testing::ValuesIn(bad_cases()),
 TEST(bad_files, FuzzSeedsLoadAndCommittedCopiesAreCurrent) {
   const fs::path root = fs::path(XDIT_SOURCE_DIR) / "tests" / "fuzz" / "corpus";
   const bool update = std::getenv("XDIT_UPDATE_BAD_FILES") != nullptr;
-  std::string tmpl = (fs::temp_directory_path() / "xdit_seed_XXXXXX").string();
-  const fs::path dir = ::mkdtemp(tmpl.data());
+  const fs::path dir = xt::scratch_folder("seed");
   for (const GoodSeed& seed : good_seeds()) {
     const fs::path path = dir / seed.file;
-    write_file(path, seed.bytes);
+    write_text(path, seed.bytes);
     EXPECT_NO_THROW(seed.load(path.string())) << seed.file;
-    if (update) write_file(root / seed.file, seed.bytes);
-    EXPECT_EQ(read_file(root / seed.file), seed.bytes)
+    if (update) write_text(root / seed.file, seed.bytes);
+    EXPECT_EQ(read_text(root / seed.file), seed.bytes)
         << (root / seed.file).string() << " is stale; run with XDIT_UPDATE_BAD_FILES=1 to rewrite it";
   }
-  fs::remove_all(dir);
 }
 
 TEST(bad_files, CommittedCopiesAreCurrent) {
@@ -374,8 +355,8 @@ TEST(bad_files, CommittedCopiesAreCurrent) {
   const bool update = std::getenv("XDIT_UPDATE_BAD_FILES") != nullptr;
   for (const BadCase& c : bad_cases()) {
     if (c.file.empty()) continue;
-    if (update) write_file(root / c.file, c.bytes);
-    EXPECT_EQ(read_file(root / c.file), c.bytes)
+    if (update) write_text(root / c.file, c.bytes);
+    EXPECT_EQ(read_text(root / c.file), c.bytes)
         << (root / c.file).string() << " is stale; run with XDIT_UPDATE_BAD_FILES=1 to rewrite it";
   }
 }

@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "support/files.h"
+#include "support/reference.h"
 #include "xdit/runtime/pipeline_registry.h"
 #include "xdit/runtime/run_options.h"
 
 namespace fs = std::filesystem;
 using xdit::CliCommand;
 using xdit::RunOptions;
+using xdit::testing::expect_error;
 using xdit::testing::expect_one_error_line;
 using xdit::testing::ProcessResult;
 using xdit::testing::read_text;
@@ -55,22 +57,6 @@ std::string joined(const Words& words) {
   std::string out;
   for (const std::string& word : words) out += word + " ";
   return out;
-}
-
-// Runs `action`, expects it to throw exactly an E (or a subclass) whose message holds every fragment.
-template <typename E>
-void expect_throw(const std::function<void()>& action, const Words& fragments) {
-  try {
-    action();
-    ADD_FAILURE() << "expected an exception";
-  } catch (const E& e) {
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-          << "message \"" << e.what() << "\" lacks \"" << fragment << "\"";
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -201,35 +187,35 @@ TEST(CliParse, SeedsCoverTorchsRange) {
   EXPECT_EQ(options_of({"--seed", "-1"}).seed, UINT64_MAX) << "torch wraps negative seeds";
   EXPECT_EQ(options_of({"--seed=-9223372036854775808"}).seed, uint64_t{1} << 63);
   for (const char* bad : {"18446744073709551616", "-9223372036854775809", "1.5", "0x10", "seven"}) {
-    expect_throw<xdit::UsageError>([&] { parse({"--seed", bad}); }, {std::string("--seed ") + bad});
+    expect_error<xdit::UsageError>([&] { parse({"--seed", bad}); }, {std::string("--seed ") + bad});
   }
 }
 
 TEST(CliParse, UnknownFlagIsNamedAsTyped) {
-  expect_throw<xdit::UsageError>([] { parse({"--no_such_flag", "3"}); }, {"unknown flag --no_such_flag"});
-  expect_throw<xdit::UsageError>([] { parse({"--height", "64", "--no-such-flag"}); },
+  expect_error<xdit::UsageError>([] { parse({"--no_such_flag", "3"}); }, {"unknown flag --no_such_flag"});
+  expect_error<xdit::UsageError>([] { parse({"--height", "64", "--no-such-flag"}); },
                                  {"unknown flag --no-such-flag"});
-  expect_throw<xdit::UsageError>([] { parse({"--no-such=3"}); }, {"unknown flag --no-such"});
-  expect_throw<xdit::UsageError>([] { parse({"stray"}); }, {"unexpected argument stray"});
+  expect_error<xdit::UsageError>([] { parse({"--no-such=3"}); }, {"unknown flag --no-such"});
+  expect_error<xdit::UsageError>([] { parse({"stray"}); }, {"unexpected argument stray"});
 }
 
 TEST(CliParse, BadValuesNameTheFlag) {
-  expect_throw<xdit::UsageError>([] { parse({"--height", "tall"}); }, {"--height", "tall"});
-  expect_throw<xdit::UsageError>([] { parse({"--guidance_scale", "x"}); }, {"--guidance_scale", "x"});
-  expect_throw<xdit::UsageError>([] { parse({"--height"}); }, {"--height"});
+  expect_error<xdit::UsageError>([] { parse({"--height", "tall"}); }, {"--height", "tall"});
+  expect_error<xdit::UsageError>([] { parse({"--guidance_scale", "x"}); }, {"--guidance_scale", "x"});
+  expect_error<xdit::UsageError>([] { parse({"--height"}); }, {"--height"});
 }
 
 TEST(CliParse, EnumeratedValuesListTheAllowedOnes) {
-  expect_throw<xdit::UsageError>([] { parse({"--gemm_quantization", "int8"}); },
+  expect_error<xdit::UsageError>([] { parse({"--gemm_quantization", "int8"}); },
                                  {"--gemm_quantization int8", "none, fp8"});
-  expect_throw<xdit::UsageError>([] { parse({"--device", "tpu"}); }, {"--device tpu", "cpu, cuda"});
-  expect_throw<xdit::UsageError>([] { parse({"--dtype", "f16"}); }, {"--dtype f16", "bf16, f32"});
-  expect_throw<xdit::UsageError>([] { parse({"--rng", "philox"}); }, {"--rng philox", "torch_cpu, torch_cuda"});
-  expect_throw<xdit::UsageError>([] { parse({"--cache_method", "easycache"}); },
+  expect_error<xdit::UsageError>([] { parse({"--device", "tpu"}); }, {"--device tpu", "cpu, cuda"});
+  expect_error<xdit::UsageError>([] { parse({"--dtype", "f16"}); }, {"--dtype f16", "bf16, f32"});
+  expect_error<xdit::UsageError>([] { parse({"--rng", "philox"}); }, {"--rng philox", "torch_cpu, torch_cuda"});
+  expect_error<xdit::UsageError>([] { parse({"--cache_method", "easycache"}); },
                                  {"--cache_method easycache", "teacache, fbcache, dbcache"});
   std::string backends;
   for (const std::string& name : xdit::attention_backend_names()) backends += (backends.empty() ? "" : ", ") + name;
-  expect_throw<xdit::UsageError>([] { parse({"--attention_backend", "magic"}); },
+  expect_error<xdit::UsageError>([] { parse({"--attention_backend", "magic"}); },
                                  {"--attention_backend magic", backends});
   EXPECT_NE(backends.find("aiter_flydsl_fp8"), std::string::npos);
 }
@@ -295,7 +281,7 @@ TEST(CliValidation, EachRuleNamesTheFlagAndValue) {
   for (const Invalid& invalid : cases) {
     for (const Words& words : {invalid.words, dashed(invalid.words)}) {
       SCOPED_TRACE(joined(words));
-      expect_throw<xdit::UsageError>([&] { parse(words); }, invalid.fragments);
+      expect_error<xdit::UsageError>([&] { parse(words); }, invalid.fragments);
     }
   }
 }
@@ -343,15 +329,15 @@ TEST(CliNotSupported, NamesTheFlag) {
   for (const Invalid& invalid : cases) {
     SCOPED_TRACE(joined(invalid.words));
     const RunOptions options = options_of(invalid.words);
-    expect_throw<xdit::NotSupported>([&] { xdit::reject_unsupported(options); }, invalid.fragments);
+    expect_error<xdit::NotSupported>([&] { xdit::reject_unsupported(options); }, invalid.fragments);
   }
   RunOptions fsdp;
   fsdp.fully_shard_components = {"text_encoder"};
-  expect_throw<xdit::NotSupported>([&] { xdit::reject_unsupported(fsdp); },
+  expect_error<xdit::NotSupported>([&] { xdit::reject_unsupported(fsdp); },
                                    {"--fully_shard_components text_encoder: not supported yet"});
   RunOptions sharding;
   sharding.memory_efficient_sharding = true;
-  expect_throw<xdit::NotSupported>([&] { xdit::reject_unsupported(sharding); },
+  expect_error<xdit::NotSupported>([&] { xdit::reject_unsupported(sharding); },
                                    {"--memory_efficient_sharding: not supported yet"});
 }
 
@@ -424,19 +410,19 @@ TEST(CliSubcommands, Info) {
   const CliCommand command = parse({"info", "models/shapes-demo"});
   EXPECT_EQ(command.kind, CliCommand::Kind::Info);
   EXPECT_EQ(command.info_path, "models/shapes-demo");
-  expect_throw<xdit::UsageError>([] { parse({"info"}); }, {"folder"});
-  expect_throw<xdit::UsageError>([] { parse({"info", "a", "b"}); }, {"unexpected argument b"});
+  expect_error<xdit::UsageError>([] { parse({"info"}); }, {"folder"});
+  expect_error<xdit::UsageError>([] { parse({"info", "a", "b"}); }, {"unexpected argument b"});
   EXPECT_EQ(parse({"info", "--help"}).kind, CliCommand::Kind::Help);
 }
 
 TEST(CliSubcommands, ServeIsNotSupportedYet) {
-  expect_throw<xdit::NotSupported>([] { parse({"serve", "--model", "m", "--port", "8000"}); },
+  expect_error<xdit::NotSupported>([] { parse({"serve", "--model", "m", "--port", "8000"}); },
                                    {"xdit serve: not supported yet"});
 }
 
 TEST(CliSubcommands, ParseRunOptionsWantsAGenerationCommand) {
-  expect_throw<xdit::UsageError>([] { options_of({"info", "x"}); }, {"generation command"});
-  expect_throw<xdit::UsageError>([] { options_of({"--help"}); }, {"generation command"});
+  expect_error<xdit::UsageError>([] { options_of({"info", "x"}); }, {"generation command"});
+  expect_error<xdit::UsageError>([] { options_of({"--help"}); }, {"generation command"});
 }
 
 TEST(CliDocs, DocsFileIsTheGeneratedReference) {
@@ -497,20 +483,20 @@ TEST_F(PipelineRegistryTest, FindsRegisteredClasses) {
 }
 
 TEST_F(PipelineRegistryTest, RejectsDuplicatesAndIncompleteSpecs) {
-  expect_throw<xdit::Error>([] { xdit::register_pipeline({kTestPipeline, 16, [](const RunOptions&) {}}); },
+  expect_error<xdit::Error>([] { xdit::register_pipeline({kTestPipeline, 16, [](const RunOptions&) {}}); },
                             {kTestPipeline, "registered twice"});
-  expect_throw<xdit::Error>([] { xdit::register_pipeline({"", 16, [](const RunOptions&) {}}); }, {"empty"});
-  expect_throw<xdit::Error>([] { xdit::register_pipeline({"XditCliNoRun", 16, nullptr}); }, {"no run function"});
-  expect_throw<xdit::Error>([] { xdit::register_pipeline({"XditCliZero", 0, [](const RunOptions&) {}}); },
+  expect_error<xdit::Error>([] { xdit::register_pipeline({"", 16, [](const RunOptions&) {}}); }, {"empty"});
+  expect_error<xdit::Error>([] { xdit::register_pipeline({"XditCliNoRun", 16, nullptr}); }, {"no run function"});
+  expect_error<xdit::Error>([] { xdit::register_pipeline({"XditCliZero", 0, [](const RunOptions&) {}}); },
                             {"spatial_multiple 0"});
 }
 
 TEST_F(PipelineRegistryTest, HeightAndWidthFollowTheSpatialMultiple) {
   const std::string model = model_folder("spatial", index_for(kTestPipeline));
-  expect_throw<xdit::UsageError>(
+  expect_error<xdit::UsageError>(
       [&] { xdit::run_generation(options_of({"--model", model, "--height", "1000"})); },
       {"--height 1000", "multiple of 16", kTestPipeline});
-  expect_throw<xdit::UsageError>(
+  expect_error<xdit::UsageError>(
       [&] { xdit::run_generation(options_of({"--model", model, "--height", "1024", "--width", "1000"})); },
       {"--width 1000", "multiple of 16"});
   EXPECT_TRUE(runs().empty());
@@ -523,18 +509,18 @@ TEST_F(PipelineRegistryTest, HeightAndWidthFollowTheSpatialMultiple) {
 
 TEST_F(PipelineRegistryTest, UnsupportedFlagsAreRejectedBeforeTheModelIsRead) {
   const std::string model = model_folder("unsupported", index_for(kTestPipeline));
-  expect_throw<xdit::NotSupported>([&] { xdit::run_generation(options_of({"--model", model, "--ulysses_degree", "2"})); },
+  expect_error<xdit::NotSupported>([&] { xdit::run_generation(options_of({"--model", model, "--ulysses_degree", "2"})); },
                                    {"--ulysses_degree 2: not supported yet"});
   EXPECT_TRUE(runs().empty());
 }
 
 TEST_F(PipelineRegistryTest, ModelFolderErrors) {
-  expect_throw<xdit::NotSupported>([] { xdit::run_generation(RunOptions{}); },
+  expect_error<xdit::NotSupported>([] { xdit::run_generation(RunOptions{}); },
                                    {"without --model", "not supported yet"});
 
   RunOptions hub;
   hub.model = "black-forest-labs/FLUX.2-klein-4B-not-a-folder";
-  expect_throw<xdit::NotSupported>([&] { xdit::run_generation(hub); },
+  expect_error<xdit::NotSupported>([&] { xdit::run_generation(hub); },
                                    {"--model black-forest-labs/FLUX.2-klein-4B-not-a-folder", "Hub"});
 
   const auto run_in = [](const std::string& model) {
@@ -543,19 +529,19 @@ TEST_F(PipelineRegistryTest, ModelFolderErrors) {
     xdit::run_generation(options);
   };
   const std::string empty = model_folder("no_index", "");
-  expect_throw<xdit::Error>([&] { run_in(empty); }, {empty, "no model_index.json"});
+  expect_error<xdit::Error>([&] { run_in(empty); }, {empty, "no model_index.json"});
 
   const std::string broken = model_folder("broken_index", "{\"_class_name\": ");
-  expect_throw<xdit::Error>([&] { run_in(broken); }, {broken + "/model_index.json", "invalid JSON"});
+  expect_error<xdit::Error>([&] { run_in(broken); }, {broken + "/model_index.json", "invalid JSON"});
 
   const std::string no_class = model_folder("no_class", R"({"_diffusers_version": "0.36.0"})");
-  expect_throw<xdit::Error>([&] { run_in(no_class); }, {no_class + "/model_index.json", "_class_name"});
+  expect_error<xdit::Error>([&] { run_in(no_class); }, {no_class + "/model_index.json", "_class_name"});
 
   const std::string number_class = model_folder("number_class", R"({"_class_name": 7})");
-  expect_throw<xdit::Error>([&] { run_in(number_class); }, {"_class_name", "must be a string"});
+  expect_error<xdit::Error>([&] { run_in(number_class); }, {"_class_name", "must be a string"});
 
   const std::string unknown = model_folder("unknown_class", index_for("NoSuchPipeline"));
-  expect_throw<xdit::NotSupported>([&] { run_in(unknown); }, {"pipeline class NoSuchPipeline: not supported yet"});
+  expect_error<xdit::NotSupported>([&] { run_in(unknown); }, {"pipeline class NoSuchPipeline: not supported yet"});
   EXPECT_TRUE(runs().empty());
 }
 

@@ -2,14 +2,13 @@
 // typed JSON config access with the struct-filling pattern, and `xdit info`.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <sstream>
 
+#include "support/files.h"
+#include "support/reference.h"
 #include "xdit/io/diffusers.h"
 #include "xdit/io/json_config.h"
 #include "xdit/io/safetensors.h"
@@ -17,35 +16,11 @@
 
 namespace fs = std::filesystem;
 using namespace xdit;
+namespace xt = xdit::testing;
+using xt::error_of;
+using xt::write_text;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "xdit_diffusers_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-void write_text(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path) << text;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A small pipeline: a transformer with a single bf16 file (and an fp16 variant beside it), a
 // sharded text encoder, a VAE, and a tokenizer and scheduler without weights.
@@ -84,8 +59,8 @@ fs::path make_repo(const fs::path& root) {
 }  // namespace
 
 TEST(diffusers, ReadsModelIndexAndComponents) {
-  TempDir tmp;
-  const DiffusersRepo repo = DiffusersRepo::open(make_repo(tmp.path()).string());
+  const fs::path tmp = xt::scratch_folder("diffusers_ReadsModelIndexAndComponents");
+  const DiffusersRepo repo = DiffusersRepo::open(make_repo(tmp).string());
   EXPECT_EQ(repo.pipeline_class(), "Flux2KleinPipeline");
   EXPECT_EQ(repo.diffusers_version(), "0.36.0");
   std::vector<std::string> names;
@@ -101,8 +76,8 @@ TEST(diffusers, ReadsModelIndexAndComponents) {
 }
 
 TEST(diffusers, ComponentConfigsAndFiles) {
-  TempDir tmp;
-  const DiffusersRepo repo = DiffusersRepo::open(make_repo(tmp.path()).string());
+  const fs::path tmp = xt::scratch_folder("diffusers_ComponentConfigsAndFiles");
+  const DiffusersRepo repo = DiffusersRepo::open(make_repo(tmp).string());
   EXPECT_EQ(repo.component_config("transformer").get_int("num_layers"), 2);
   EXPECT_EQ(repo.component_config("scheduler").get_float("shift"), 3.0) << "falls back to scheduler_config.json";
   EXPECT_NE(repo.component_file("tokenizer", "tokenizer.json").find("tokenizer.json"), std::string::npos);
@@ -111,8 +86,8 @@ TEST(diffusers, ComponentConfigsAndFiles) {
 }
 
 TEST(diffusers, PicksSingleShardedAndVariantWeights) {
-  TempDir tmp;
-  const DiffusersRepo repo = DiffusersRepo::open(make_repo(tmp.path()).string());
+  const fs::path tmp = xt::scratch_folder("diffusers_PicksSingleShardedAndVariantWeights");
+  const DiffusersRepo repo = DiffusersRepo::open(make_repo(tmp).string());
 
   const auto transformer = repo.component_weights("transformer");
   EXPECT_NE(dynamic_cast<const SafetensorsFile*>(transformer.get()), nullptr);
@@ -134,15 +109,15 @@ TEST(diffusers, PicksSingleShardedAndVariantWeights) {
 }
 
 TEST(diffusers, PytorchBinWeightsAreNamedInTheError) {
-  TempDir tmp;
-  write_text(tmp.path() / "unet" / "diffusion_pytorch_model.bin", "pickle");
-  const std::string msg = error_of([&] { open_weights((tmp.path() / "unet").string()); });
+  const fs::path tmp = xt::scratch_folder("diffusers_PytorchBinWeightsAreNamedInTheError");
+  write_text(tmp / "unet" / "diffusion_pytorch_model.bin", "pickle");
+  const std::string msg = error_of([&] { open_weights((tmp / "unet").string()); });
   EXPECT_NE(msg.find(".bin weights are not supported"), std::string::npos) << msg;
 }
 
 TEST(diffusers, WeightStats) {
-  TempDir tmp;
-  const DiffusersRepo repo = DiffusersRepo::open(make_repo(tmp.path()).string());
+  const fs::path tmp = xt::scratch_folder("diffusers_WeightStats");
+  const DiffusersRepo repo = DiffusersRepo::open(make_repo(tmp).string());
   const WeightStats stats = weight_stats(*repo.component_weights("transformer"));
   EXPECT_EQ(stats.tensors, 2u);
   EXPECT_EQ(stats.params, 1'201'000);
@@ -152,17 +127,17 @@ TEST(diffusers, WeightStats) {
 }
 
 TEST(diffusers, OpenErrors) {
-  TempDir tmp;
-  EXPECT_NE(error_of([&] { DiffusersRepo::open((tmp.path() / "nothing").string()); }).find("no such folder"),
+  const fs::path tmp = xt::scratch_folder("diffusers_OpenErrors");
+  EXPECT_NE(error_of([&] { DiffusersRepo::open((tmp / "nothing").string()); }).find("no such folder"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { DiffusersRepo::open(tmp.path().string()); }).find("no model_index.json"),
+  EXPECT_NE(error_of([&] { DiffusersRepo::open(tmp.string()); }).find("no model_index.json"),
             std::string::npos);
 }
 
 TEST(diffusersModelInfo, PrintsPipelineComponentsAndSizes) {
-  TempDir tmp;
+  const fs::path tmp = xt::scratch_folder("diffusers_PrintsPipelineComponentsAndSizes");
   std::ostringstream out;
-  print_model_info(make_repo(tmp.path()).string(), out);
+  print_model_info(make_repo(tmp).string(), out);
   const std::string text = out.str();
   for (const std::string expected :
        {"pipeline: Flux2KleinPipeline (diffusers 0.36.0)\n", "scheduler: FlowMatchEulerDiscreteScheduler (diffusers)\n",

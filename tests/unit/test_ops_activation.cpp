@@ -15,6 +15,10 @@
 namespace xdit {
 namespace {
 
+using testing::expect_error;
+using testing::in_layout;
+using testing::Layout;
+using testing::layout_name;
 using testing::matches_reference;
 using testing::random_tensor;
 using testing::values;
@@ -57,48 +61,6 @@ std::vector<double> swiglu_ref(const std::vector<double>& x, int64_t two_f) {
     for (int64_t i = 0; i < f; ++i) out.push_back(silu_ref(x[row * two_f + i]) * x[row * two_f + f + i]);
   }
   return out;
-}
-
-// ---- layouts
-
-enum class Layout { Contiguous, PaddedRows, Transposed };
-
-Tensor in_layout(const Tensor& dense, Layout layout) {
-  switch (layout) {
-    case Layout::Contiguous:
-      return dense;
-    case Layout::PaddedRows:
-      return testing::padded_rows(dense);
-    case Layout::Transposed:
-      return testing::transposed_storage(dense);
-  }
-  return dense;
-}
-
-std::string layout_name(Layout layout) {
-  switch (layout) {
-    case Layout::Contiguous:
-      return "contiguous";
-    case Layout::PaddedRows:
-      return "padded_rows";
-    case Layout::Transposed:
-      return "transposed";
-  }
-  return "?";
-}
-
-template <typename Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an xdit::Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message \"" << message << "\" lacks \"" << fragment << "\"";
-    }
-  }
 }
 
 const std::vector<Shape> kShapes = {{1}, {17}, {3, 33}, {2, 5, 127}, {2, 3, 4, 17}};

@@ -10,6 +10,7 @@
 namespace xdit {
 namespace {
 
+using testing::expect_error;
 using testing::padded_rows;
 using testing::random_tensor;
 using testing::transposed_storage;
@@ -100,18 +101,6 @@ std::vector<double> reference_causal_conv3d(const Tensor& x, const Tensor& w, co
             out[index++] = sum;
           }
   return out;
-}
-
-template <typename Fn>
-void expect_error(Fn&& fn, const std::string& op, const std::string& detail) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error from " << op << " mentioning \"" << detail << "\"";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(op), std::string::npos) << message;
-    EXPECT_NE(message.find(detail), std::string::npos) << message;
-  }
 }
 
 class Conv : public ::testing::TestWithParam<DType> {};
@@ -250,33 +239,33 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, Conv, ::testing::Values(DType::F32, DType::BF16
 TEST(ConvValidation, RejectsBadArguments) {
   const Tensor x = random_tensor({1, 4, 8, 8}, DType::F32, 1);
   const Tensor w = random_tensor({6, 4, 3, 3}, DType::F32, 2);
-  expect_error([&] { ops::conv2d(x, random_tensor({6, 3, 3, 3}, DType::F32, 3)); }, "conv2d", "4 channels");
-  expect_error([&] { ops::conv2d(x, w.to(DType::BF16)); }, "conv2d", "weight is bf16");
-  expect_error([&] { ops::conv2d(random_tensor({4, 8, 8}, DType::F32, 4), w); }, "conv2d", "[N, C, H, W]");
-  expect_error([&] { ops::conv2d(x, random_tensor({6, 4, 3}, DType::F32, 5)); }, "conv2d", "weight must be");
+  expect_error([&] { ops::conv2d(x, random_tensor({6, 3, 3, 3}, DType::F32, 3)); }, {"conv2d", "4 channels"});
+  expect_error([&] { ops::conv2d(x, w.to(DType::BF16)); }, {"conv2d", "weight is bf16"});
+  expect_error([&] { ops::conv2d(random_tensor({4, 8, 8}, DType::F32, 4), w); }, {"conv2d", "[N, C, H, W]"});
+  expect_error([&] { ops::conv2d(x, random_tensor({6, 4, 3}, DType::F32, 5)); }, {"conv2d", "weight must be"});
   expect_error([&] { ops::conv2d(x, random_tensor({5, 2, 3, 3}, DType::F32, 6), {}, {{1, 1}, {0, 0}, {1, 1}, 2}); },
-               "conv2d", "not divisible by 2 groups");
-  expect_error([&] { ops::conv2d(x, w, random_tensor({5}, DType::F32, 7)); }, "conv2d", "bias [5]");
-  expect_error([&] { ops::conv2d(x, w, {}, {{0, 1}, {0, 0}, {1, 1}, 1}); }, "conv2d", "stride 0");
-  expect_error([&] { ops::conv2d(x, random_tensor({6, 4, 9, 9}, DType::F32, 8)); }, "conv2d", "does not fit");
-  expect_error([&] { ops::conv2d(x, w, {}, {{1, 1}, {-1, 0}, {1, 1}, 1}); }, "conv2d", "negative padding");
-  expect_error([&] { ops::conv2d(x.to(DType::I32), w); }, "conv2d", "i32");
+               {"conv2d", "not divisible by 2 groups"});
+  expect_error([&] { ops::conv2d(x, w, random_tensor({5}, DType::F32, 7)); }, {"conv2d", "bias [5]"});
+  expect_error([&] { ops::conv2d(x, w, {}, {{0, 1}, {0, 0}, {1, 1}, 1}); }, {"conv2d", "stride 0"});
+  expect_error([&] { ops::conv2d(x, random_tensor({6, 4, 9, 9}, DType::F32, 8)); }, {"conv2d", "does not fit"});
+  expect_error([&] { ops::conv2d(x, w, {}, {{1, 1}, {-1, 0}, {1, 1}, 1}); }, {"conv2d", "negative padding"});
+  expect_error([&] { ops::conv2d(x.to(DType::I32), w); }, {"conv2d", "i32"});
 
   const Tensor v = random_tensor({1, 4, 3, 6, 6}, DType::F32, 10);
   const Tensor k = random_tensor({5, 4, 3, 3, 3}, DType::F32, 11);
   const CausalConv3dParams params{{1, 1, 1}, {1, 1, 1}};
   expect_error([&] { ops::causal_conv3d(v, random_tensor({5, 3, 3, 3, 3}, DType::F32, 12), {}, {}, params); },
-               "causal_conv3d", "4 channels");
+               {"causal_conv3d", "4 channels"});
   expect_error([&] { ops::causal_conv3d(v, k, {}, random_tensor({1, 4, 2, 5, 6}, DType::F32, 13), params); },
-               "causal_conv3d", "cache [1, 4, 2, 5, 6]");
+               {"causal_conv3d", "cache [1, 4, 2, 5, 6]"});
   expect_error([&] { ops::causal_conv3d(v, k, {}, random_tensor({1, 4, 2, 6, 6}, DType::BF16, 14), params); },
-               "causal_conv3d", "cache is bf16");
-  expect_error([&] { ops::causal_conv3d(v, k, random_tensor({4}, DType::F32, 15), {}, params); }, "causal_conv3d",
-               "bias [4]");
-  expect_error([&] { ops::causal_conv3d(v, k, {}, {}, {{1, 1, 1}, {-1, 1, 1}}); }, "causal_conv3d",
-               "negative padding");
+               {"causal_conv3d", "cache is bf16"});
+  expect_error([&] { ops::causal_conv3d(v, k, random_tensor({4}, DType::F32, 15), {}, params); },
+               {"causal_conv3d", "bias [4]"});
+  expect_error([&] { ops::causal_conv3d(v, k, {}, {}, {{1, 1, 1}, {-1, 1, 1}}); },
+               {"causal_conv3d", "negative padding"});
   expect_error([&] { ops::causal_conv3d(random_tensor({1, 4, 6, 6}, DType::F32, 16), k, {}, {}, params); },
-               "causal_conv3d", "[N, C, T, H, W]");
+               {"causal_conv3d", "[N, C, T, H, W]"});
 }
 
 }  // namespace

@@ -12,6 +12,10 @@
 namespace xdit {
 namespace {
 
+using testing::expect_error;
+using testing::in_layout;
+using testing::Layout;
+using testing::layout_name;
 using testing::matches_reference;
 using testing::random_tensor;
 using testing::values;
@@ -50,46 +54,6 @@ std::vector<double> zip_ref(const std::vector<double>& a, const std::vector<doub
   std::vector<double> out(a.size());
   for (size_t i = 0; i < a.size(); ++i) out[i] = f(a[i], b[i], c[i]);
   return out;
-}
-
-enum class Layout { Contiguous, PaddedRows, Transposed };
-
-Tensor in_layout(const Tensor& dense, Layout layout) {
-  switch (layout) {
-    case Layout::Contiguous:
-      return dense;
-    case Layout::PaddedRows:
-      return testing::padded_rows(dense);
-    case Layout::Transposed:
-      return testing::transposed_storage(dense);
-  }
-  return dense;
-}
-
-std::string layout_name(Layout layout) {
-  switch (layout) {
-    case Layout::Contiguous:
-      return "contiguous";
-    case Layout::PaddedRows:
-      return "padded_rows";
-    case Layout::Transposed:
-      return "transposed";
-  }
-  return "?";
-}
-
-template <typename Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an xdit::Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message \"" << message << "\" lacks \"" << fragment << "\"";
-    }
-  }
 }
 
 struct ShapePair {

@@ -15,6 +15,7 @@
 namespace xdit {
 namespace {
 
+using testing::expect_error;
 using testing::padded_rows;
 using testing::random_tensor;
 using testing::transposed_storage;
@@ -70,19 +71,6 @@ std::vector<double> reference_linear(const Tensor& x, const std::vector<double>&
       out[r * n + j] = sum;
     }
   return out;
-}
-
-// Expects `fn` to throw xdit::Error whose message contains `op` and `detail`.
-template <typename Fn>
-void expect_error(Fn&& fn, const std::string& op, const std::string& detail) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error from " << op << " mentioning \"" << detail << "\"";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(op), std::string::npos) << message;
-    EXPECT_NE(message.find(detail), std::string::npos) << message;
-  }
 }
 
 class LinearAlgebra : public ::testing::TestWithParam<DType> {};
@@ -327,9 +315,10 @@ TEST_P(LinearAlgebra, PackedLinearMatchesReference) {
                              reference_linear(x, wv, 130, bias.to_doubles()))
         << shape_str(shape);
   }
-  expect_error([&] { cpu::linear_packed(random_tensor({4, 95}, dtype, 93), packed, {}); }, "linear_packed", "K = 96");
-  expect_error([&] { cpu::pack_linear_weight(random_tensor({4, 8}, dtype, 94), 0); }, "pack_linear_weight",
-               "typical_m");
+  expect_error([&] { cpu::linear_packed(random_tensor({4, 95}, dtype, 93), packed, {}); },
+               {"linear_packed", "K = 96"});
+  expect_error([&] { cpu::pack_linear_weight(random_tensor({4, 8}, dtype, 94), 0); },
+               {"pack_linear_weight", "typical_m"});
 }
 
 // Several threads using the same cached primitives at once, each with its own stream and
@@ -463,32 +452,33 @@ TEST(Fp8Quantize, VectorEncoderMatchesScalarEncoder) {
 TEST(LinearValidation, RejectsBadArguments) {
   const Tensor a = random_tensor({4, 8}, DType::F32, 1);
   const Tensor b = random_tensor({8, 3}, DType::F32, 2);
-  expect_error([&] { ops::matmul(a, random_tensor({7, 3}, DType::F32, 3)); }, "matmul", "inner dims");
-  expect_error([&] { ops::matmul(a, b.to(DType::BF16)); }, "matmul", "bf16");
-  expect_error([&] { ops::matmul(random_tensor({8}, DType::F32, 4), b); }, "matmul", "at least 2 dims");
+  expect_error([&] { ops::matmul(a, random_tensor({7, 3}, DType::F32, 3)); }, {"matmul", "inner dims"});
+  expect_error([&] { ops::matmul(a, b.to(DType::BF16)); }, {"matmul", "bf16"});
+  expect_error([&] { ops::matmul(random_tensor({8}, DType::F32, 4), b); }, {"matmul", "at least 2 dims"});
   expect_error([&] { ops::matmul(random_tensor({2, 4, 8}, DType::F32, 5), random_tensor({3, 8, 3}, DType::F32, 6)); },
-               "matmul", "broadcast");
-  expect_error([&] { ops::matmul(a.to(DType::I32), b); }, "matmul", "i32");
+               {"matmul", "broadcast"});
+  expect_error([&] { ops::matmul(a.to(DType::I32), b); }, {"matmul", "i32"});
 
   const Tensor x = random_tensor({5, 8}, DType::BF16, 7);
   const Tensor w = random_tensor({6, 8}, DType::BF16, 8);
-  expect_error([&] { ops::linear(x, random_tensor({6, 7}, DType::BF16, 9)); }, "linear", "K = 7");
-  expect_error([&] { ops::linear(x, w.to(DType::F32)); }, "linear", "weight is f32");
-  expect_error([&] { ops::linear(x, random_tensor({6, 8, 1}, DType::BF16, 10)); }, "linear", "[N, K]");
-  expect_error([&] { ops::linear(x, w, random_tensor({5}, DType::BF16, 11)); }, "linear", "bias [5]");
-  expect_error([&] { ops::linear(x, w, random_tensor({6}, DType::F16, 12)); }, "linear", "bias is f16");
-  expect_error([&] { ops::linear(x, w, {}, Tensor::full({6}, 1.0f, DType::F32)); }, "linear", "only for fp8");
+  expect_error([&] { ops::linear(x, random_tensor({6, 7}, DType::BF16, 9)); }, {"linear", "K = 7"});
+  expect_error([&] { ops::linear(x, w.to(DType::F32)); }, {"linear", "weight is f32"});
+  expect_error([&] { ops::linear(x, random_tensor({6, 8, 1}, DType::BF16, 10)); }, {"linear", "[N, K]"});
+  expect_error([&] { ops::linear(x, w, random_tensor({5}, DType::BF16, 11)); }, {"linear", "bias [5]"});
+  expect_error([&] { ops::linear(x, w, random_tensor({6}, DType::F16, 12)); }, {"linear", "bias is f16"});
+  expect_error([&] { ops::linear(x, w, {}, Tensor::full({6}, 1.0f, DType::F32)); }, {"linear", "only for fp8"});
 
   const ops::Fp8Weight q = ops::quantize_fp8_per_channel(w.to(DType::F32));
-  expect_error([&] { ops::linear(x, q.data); }, "linear", "needs weight_scale");
-  expect_error([&] { ops::linear(x, q.data, {}, Tensor::full({5}, 1.0f, DType::F32)); }, "linear", "weight_scale [5]");
-  expect_error([&] { ops::linear(x, q.data, {}, q.scale.to(DType::BF16)); }, "linear", "weight_scale");
+  expect_error([&] { ops::linear(x, q.data); }, {"linear", "needs weight_scale"});
+  expect_error([&] { ops::linear(x, q.data, {}, Tensor::full({5}, 1.0f, DType::F32)); },
+               {"linear", "weight_scale [5]"});
+  expect_error([&] { ops::linear(x, q.data, {}, q.scale.to(DType::BF16)); }, {"linear", "weight_scale"});
 
-  expect_error([&] { ops::quantize_fp8_per_channel(w, DType::BF16); }, "quantize_fp8_per_channel", "bf16");
-  expect_error([&] { ops::quantize_fp8_per_channel(random_tensor({6}, DType::F32, 13)); }, "quantize_fp8_per_channel",
-               "[N, K]");
+  expect_error([&] { ops::quantize_fp8_per_channel(w, DType::BF16); }, {"quantize_fp8_per_channel", "bf16"});
+  expect_error([&] { ops::quantize_fp8_per_channel(random_tensor({6}, DType::F32, 13)); },
+               {"quantize_fp8_per_channel", "[N, K]"});
   const Tensor with_nan = Tensor::from_floats(std::vector<float>{1.0f, 2.0f, NAN, 4.0f}, {2, 2});
-  expect_error([&] { ops::quantize_fp8_per_channel(with_nan); }, "quantize_fp8_per_channel", "row 1");
+  expect_error([&] { ops::quantize_fp8_per_channel(with_nan); }, {"quantize_fp8_per_channel", "row 1"});
 }
 
 }  // namespace

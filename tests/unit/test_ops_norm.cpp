@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,53 +11,16 @@
 namespace xdit {
 namespace {
 
+using testing::expect_error;
+using testing::in_layout;
+using testing::kAllLayouts;
+using testing::Layout;
+using testing::layout_name;
 using testing::matches_reference;
 using testing::random_tensor;
 using testing::values;
 
 constexpr float kEps = 1e-6f;
-
-// The same values in the layouts a norm must accept.
-enum class Layout { Dense, PaddedRows, Transposed, NarrowedView };
-
-std::string layout_name(Layout layout) {
-  switch (layout) {
-    case Layout::Dense: return "dense";
-    case Layout::PaddedRows: return "padded rows";
-    case Layout::Transposed: return "transposed storage";
-    case Layout::NarrowedView: return "narrowed view";
-  }
-  return "?";
-}
-
-Tensor in_layout(const Tensor& dense, Layout layout) {
-  switch (layout) {
-    case Layout::Dense: return dense;
-    case Layout::PaddedRows: return testing::padded_rows(dense);
-    case Layout::Transposed: return testing::transposed_storage(dense);
-    case Layout::NarrowedView: {
-      // A view into a larger tensor along the first dim (offset and gaps between blocks).
-      Shape bigger = dense.shape();
-      bigger[0] += 2;
-      Tensor storage = Tensor::zeros(bigger, dense.dtype());
-      Tensor view = storage.narrow(0, 1, dense.size(0));
-      view.copy_from(dense);
-      return view;
-    }
-  }
-  return dense;
-}
-
-constexpr Layout kLayouts[] = {Layout::Dense, Layout::PaddedRows, Layout::Transposed, Layout::NarrowedView};
-
-void expect_error(const std::function<void()>& fn, const std::string& op) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an xdit::Error naming " << op;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << "message: " << e.what();
-  }
-}
 
 // ---- references (rows over the last dim)
 
@@ -141,7 +103,7 @@ TEST_P(RowNormTest, RmsNormMatchesReference) {
   const int64_t width = shape.back();
   const Tensor x = random_tensor(shape, dtype, 11, -2.0f, 2.0f);
   const Tensor weight = random_tensor({width}, dtype, 12, 0.5f, 1.5f);
-  for (Layout layout : kLayouts) {
+  for (Layout layout : kAllLayouts) {
     SCOPED_TRACE(layout_name(layout));
     const Tensor input = in_layout(x, layout);
     const Tensor plain = ops::rms_norm(input, {}, kEps);
@@ -159,7 +121,7 @@ TEST_P(RowNormTest, LayerNormMatchesReference) {
   const Tensor x = random_tensor(shape, dtype, 21, -2.0f, 2.0f);
   const Tensor weight = random_tensor({width}, dtype, 22, 0.5f, 1.5f);
   const Tensor bias = random_tensor({width}, dtype, 23, -0.5f, 0.5f);
-  for (Layout layout : kLayouts) {
+  for (Layout layout : kAllLayouts) {
     SCOPED_TRACE(layout_name(layout));
     const Tensor input = in_layout(x, layout);
     const Tensor plain = ops::layer_norm(input, {}, {}, kEps);
@@ -233,7 +195,7 @@ TEST_P(GroupNormTest, MatchesReference) {
     const Tensor x = random_tensor(shape, dtype, 51, -3.0f, 1.0f);
     const Tensor weight = random_tensor({channels}, dtype, 52, 0.5f, 1.5f);
     const Tensor bias = random_tensor({channels}, dtype, 53, -0.5f, 0.5f);
-    for (Layout layout : kLayouts) {
+    for (Layout layout : kAllLayouts) {
       SCOPED_TRACE(layout_name(layout));
       const Tensor input = in_layout(x, layout);
       const Tensor plain = ops::group_norm(input, groups, {}, {}, kEps);
@@ -290,22 +252,22 @@ TEST(NormValidation, BadArgumentsThrowNamedErrors) {
   const Tensor w15 = random_tensor({15}, DType::F32, 72);
   const Tensor w16x1 = random_tensor({16, 1}, DType::F32, 73);
   const Tensor ints = Tensor::zeros({4, 16}, DType::I32);
-  expect_error([&] { ops::rms_norm(x, w15, kEps); }, "rms_norm");
-  expect_error([&] { ops::rms_norm(x, w16x1, kEps); }, "rms_norm");
-  expect_error([&] { ops::rms_norm(ints, {}, kEps); }, "rms_norm");
-  expect_error([&] { ops::rms_norm(x, {}, -1.0f); }, "rms_norm");
-  expect_error([&] { ops::rms_norm(Tensor{}, {}, kEps); }, "rms_norm");
-  expect_error([&] { ops::layer_norm(x, w15, {}, kEps); }, "layer_norm");
-  expect_error([&] { ops::layer_norm(x, {}, w15, kEps); }, "layer_norm");
-  expect_error([&] { ops::layer_norm(x, {}, Tensor::zeros({16}, DType::I64), kEps); }, "layer_norm");
-  expect_error([&] { ops::layer_norm(x, {}, {}, NAN); }, "layer_norm");
+  expect_error([&] { ops::rms_norm(x, w15, kEps); }, {"rms_norm"});
+  expect_error([&] { ops::rms_norm(x, w16x1, kEps); }, {"rms_norm"});
+  expect_error([&] { ops::rms_norm(ints, {}, kEps); }, {"rms_norm"});
+  expect_error([&] { ops::rms_norm(x, {}, -1.0f); }, {"rms_norm"});
+  expect_error([&] { ops::rms_norm(Tensor{}, {}, kEps); }, {"rms_norm"});
+  expect_error([&] { ops::layer_norm(x, w15, {}, kEps); }, {"layer_norm"});
+  expect_error([&] { ops::layer_norm(x, {}, w15, kEps); }, {"layer_norm"});
+  expect_error([&] { ops::layer_norm(x, {}, Tensor::zeros({16}, DType::I64), kEps); }, {"layer_norm"});
+  expect_error([&] { ops::layer_norm(x, {}, {}, NAN); }, {"layer_norm"});
 
   const Tensor image = random_tensor({2, 12, 3, 3}, DType::F32, 74);
-  expect_error([&] { ops::group_norm(image, 5, {}, {}, kEps); }, "group_norm");
-  expect_error([&] { ops::group_norm(image, 0, {}, {}, kEps); }, "group_norm");
-  expect_error([&] { ops::group_norm(image, 4, random_tensor({11}, DType::F32, 75), {}, kEps); }, "group_norm");
-  expect_error([&] { ops::group_norm(image, 4, {}, random_tensor({24}, DType::F32, 76), kEps); }, "group_norm");
-  expect_error([&] { ops::group_norm(random_tensor({12}, DType::F32, 77), 4, {}, {}, kEps); }, "group_norm");
+  expect_error([&] { ops::group_norm(image, 5, {}, {}, kEps); }, {"group_norm"});
+  expect_error([&] { ops::group_norm(image, 0, {}, {}, kEps); }, {"group_norm"});
+  expect_error([&] { ops::group_norm(image, 4, random_tensor({11}, DType::F32, 75), {}, kEps); }, {"group_norm"});
+  expect_error([&] { ops::group_norm(image, 4, {}, random_tensor({24}, DType::F32, 76), kEps); }, {"group_norm"});
+  expect_error([&] { ops::group_norm(random_tensor({12}, DType::F32, 77), 4, {}, {}, kEps); }, {"group_norm"});
 }
 
 }  // namespace

@@ -13,6 +13,9 @@
 namespace xdit {
 namespace {
 
+using testing::expect_error;
+using testing::in_layout;
+using testing::Layout;
 using testing::random_tensor;
 using testing::values;
 
@@ -40,35 +43,7 @@ Tensor iota(const Shape& shape, DType dtype) {
   return Tensor::from_floats(v, shape, dtype);
 }
 
-enum class Layout { Contiguous, PaddedRows, Transposed };
-
-Tensor in_layout(const Tensor& dense, Layout layout) {
-  switch (layout) {
-    case Layout::Contiguous:
-      return dense;
-    case Layout::PaddedRows:
-      return testing::padded_rows(dense);
-    case Layout::Transposed:
-      return testing::transposed_storage(dense);
-  }
-  return dense;
-}
-
 const std::vector<Layout> kLayouts = {Layout::Contiguous, Layout::PaddedRows, Layout::Transposed};
-
-template <typename Fn>
-void expect_error(Fn&& fn, const std::vector<std::string>& fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an xdit::Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message \"" << message << "\" lacks \"" << fragment << "\"";
-    }
-  }
-}
 
 // ---- copy
 

@@ -2,66 +2,25 @@
 // file object, the exact byte layout, atomic writes, sharded checkpoints and in-memory sources.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <iterator>
 
+#include "support/files.h"
 #include "support/reference.h"
 #include "xdit/io/safetensors.h"
 
 namespace fs = std::filesystem;
 using namespace xdit;
 namespace xt = xdit::testing;
-
-namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "xdit_safetensors_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::string le64(uint64_t n) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
-  return out;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
+using xt::error_of;
+using xt::le64;
+using xt::read_text;
+using xt::write_text;
 
 TEST(safetensors, RoundTripsEveryDTypeWithMetadata) {
-  TempDir dir;
+  const fs::path dir = xt::scratch_folder("safetensors_RoundTripsEveryDTypeWithMetadata");
   std::vector<std::pair<std::string, Tensor>> tensors;
   const DType dtypes[] = {DType::F32, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::I32, DType::I64};
   for (size_t i = 0; i < std::size(dtypes); ++i) {
@@ -70,7 +29,7 @@ TEST(safetensors, RoundTripsEveryDTypeWithMetadata) {
                               : Tensor::from_ints(std::vector<int64_t>{1, -2, 3, 40000, -5, 6}, {2, 3}, d);
     tensors.emplace_back("t_" + std::string(dtype_name(d)), t);
   }
-  const std::string path = dir.file("all.safetensors");
+  const std::string path = (dir / "all.safetensors").string();
   write_safetensors(path, tensors, {{"format", "pt"}, {"note", "x"}});
 
   const SafetensorsFile file = SafetensorsFile::open(path);
@@ -94,22 +53,22 @@ TEST(safetensors, RoundTripsEveryDTypeWithMetadata) {
 
 TEST(safetensors, ExactLayoutMatchesTheReferenceWriter) {
   // The bytes the Python safetensors package writes for {"a": torch.tensor([1.0])}.
-  TempDir dir;
-  const std::string path = dir.file("a.safetensors");
+  const fs::path dir = xt::scratch_folder("safetensors_ExactLayoutMatchesTheReferenceWriter");
+  const std::string path = (dir / "a.safetensors").string();
   write_safetensors(path, {{"a", Tensor::from_floats(std::vector<float>{1.0f}, {1})}});
   const std::string json = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   const std::string padded = json + std::string((8 - json.size() % 8) % 8, ' ');
   const float one = 1.0f;
   const std::string expected = le64(padded.size()) + padded + std::string(reinterpret_cast<const char*>(&one), 4);
-  EXPECT_EQ(read_bytes(path), expected);
+  EXPECT_EQ(read_text(path), expected);
 }
 
 TEST(safetensors, HeaderIsPaddedToEightBytes) {
-  TempDir dir;
+  const fs::path dir = xt::scratch_folder("safetensors_HeaderIsPaddedToEightBytes");
   for (const std::string name : {"a", "ab", "abc", "abcd", "abcde", "abcdef", "abcdefg", "abcdefgh"}) {
-    const std::string path = dir.file(name + ".safetensors");
+    const std::string path = (dir / (name + ".safetensors")).string();
     write_safetensors(path, {{name, Tensor::zeros({2}, DType::BF16)}}, {{"k", name}});
-    const std::string bytes = read_bytes(path);
+    const std::string bytes = read_text(path);
     uint64_t n = 0;
     std::memcpy(&n, bytes.data(), 8);
     EXPECT_EQ(n % 8, 0u) << name;
@@ -118,8 +77,8 @@ TEST(safetensors, HeaderIsPaddedToEightBytes) {
 }
 
 TEST(safetensors, TensorsAreZeroCopyAndOutliveTheFile) {
-  TempDir dir;
-  const std::string path = dir.file("w.safetensors");
+  const fs::path dir = xt::scratch_folder("safetensors_TensorsAreZeroCopyAndOutliveTheFile");
+  const std::string path = (dir / "w.safetensors").string();
   const Tensor w = xt::random_tensor({4, 8}, DType::F32, 7);
   write_safetensors(path, {{"w", w}});
   Tensor view;
@@ -133,11 +92,11 @@ TEST(safetensors, TensorsAreZeroCopyAndOutliveTheFile) {
 }
 
 TEST(safetensors, WritesNonContiguousTensorsContiguously) {
-  TempDir dir;
+  const fs::path dir = xt::scratch_folder("safetensors_WritesNonContiguousTensorsContiguously");
   const Tensor dense = xt::random_tensor({3, 4}, DType::BF16, 3);
   const Tensor transposed = xt::transposed_storage(dense);
   ASSERT_FALSE(transposed.is_contiguous());
-  const std::string path = dir.file("t.safetensors");
+  const std::string path = (dir / "t.safetensors").string();
   write_safetensors(path, {{"t", transposed}, {"d", xt::padded_rows(dense)}});
   const SafetensorsFile file = SafetensorsFile::open(path);
   EXPECT_EQ(xt::values(file.tensor("t")), xt::values(dense));
@@ -145,8 +104,8 @@ TEST(safetensors, WritesNonContiguousTensorsContiguously) {
 }
 
 TEST(safetensors, ScalarsAndEmptyTensors) {
-  TempDir dir;
-  const std::string path = dir.file("s.safetensors");
+  const fs::path dir = xt::scratch_folder("safetensors_ScalarsAndEmptyTensors");
+  const std::string path = (dir / "s.safetensors").string();
   write_safetensors(path, {{"empty", Tensor::zeros({0, 4}, DType::F32)},
                            {"scalar", Tensor::full({}, 2.5f, DType::F32)},
                            {"tail", Tensor::zeros({0}, DType::I64)}});
@@ -157,22 +116,22 @@ TEST(safetensors, ScalarsAndEmptyTensors) {
 }
 
 TEST(safetensors, EmptyFileWithNoTensors) {
-  TempDir dir;
-  const std::string path = dir.file("none.safetensors");
+  const fs::path dir = xt::scratch_folder("safetensors_EmptyFileWithNoTensors");
+  const std::string path = (dir / "none.safetensors").string();
   write_safetensors(path, {});
   const SafetensorsFile file = SafetensorsFile::open(path);
   EXPECT_TRUE(file.names().empty());
-  EXPECT_EQ(read_bytes(path), le64(8) + "{}      ");
+  EXPECT_EQ(read_text(path), le64(8) + "{}      ");
 }
 
 TEST(safetensors, UnalignedDataIsCopiedToAlignedMemory) {
   // A header length that is not a multiple of 8 (older writers) puts f32 data at an odd address.
-  TempDir dir;
+  const fs::path dir = xt::scratch_folder("safetensors_UnalignedDataIsCopiedToAlignedMemory");
   const std::string header = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   ASSERT_NE((8 + header.size()) % 4, 0u);
   const float values[2] = {1.5f, -2.0f};
-  const std::string path = dir.file("odd.safetensors");
-  write_bytes(path, le64(header.size()) + header + std::string(reinterpret_cast<const char*>(values), 8));
+  const std::string path = (dir / "odd.safetensors").string();
+  write_text(path, le64(header.size()) + header + std::string(reinterpret_cast<const char*>(values), 8));
   const Tensor x = SafetensorsFile::open(path).tensor("x");
   EXPECT_EQ(reinterpret_cast<uintptr_t>(x.raw_data()) % 4, 0u);
   EXPECT_EQ(x.to_floats(), (std::vector<float>{1.5f, -2.0f}));
@@ -206,50 +165,50 @@ TEST(safetensors, ParseWorksOnBytesInMemory) {
 }
 
 TEST(safetensors, LookupErrorsNameFileAndTensor) {
-  TempDir dir;
-  const std::string path = dir.file("x.safetensors");
+  const fs::path dir = xt::scratch_folder("safetensors_LookupErrorsNameFileAndTensor");
+  const std::string path = (dir / "x.safetensors").string();
   write_safetensors(path, {{"a", Tensor::zeros({1}, DType::F32)}});
   const SafetensorsFile file = SafetensorsFile::open(path);
   const std::string msg = error_of([&] { file.tensor("nope"); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("\"nope\""), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { SafetensorsFile::open(dir.file("missing.safetensors")); }).find("missing.safetensors"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { SafetensorsFile::open(dir.path().string()); }).find("not a regular file"),
+  const std::string missing = (dir / "missing.safetensors").string();
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(missing); }).find("missing.safetensors"), std::string::npos);
+  EXPECT_NE(error_of([&] { SafetensorsFile::open(dir.string()); }).find("not a regular file"),
             std::string::npos);
 }
 
 TEST(safetensors, WriteIsAtomicAndLeavesNoTemporaryFiles) {
-  TempDir dir;
-  const std::string path = dir.file("w.safetensors");
+  const fs::path dir = xt::scratch_folder("safetensors_WriteIsAtomicAndLeavesNoTemporaryFiles");
+  const std::string path = (dir / "w.safetensors").string();
   write_safetensors(path, {{"a", Tensor::full({4}, 1.0f, DType::F32)}});
   write_safetensors(path, {{"b", Tensor::full({2}, 2.0f, DType::F32)}});  // replaces the file
   EXPECT_EQ(SafetensorsFile::open(path).names(), std::vector<std::string>{"b"});
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
 
   // A failing write (duplicate name) leaves the existing file untouched and no temporary behind.
-  const std::string before = read_bytes(path);
+  const std::string before = read_text(path);
   EXPECT_THROW(write_safetensors(path, {{"c", Tensor::zeros({1}, DType::F32)}, {"c", Tensor::zeros({1}, DType::F32)}}),
                Error);
-  EXPECT_EQ(read_bytes(path), before);
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+  EXPECT_EQ(read_text(path), before);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
 
-  EXPECT_THROW(write_safetensors(dir.file("no/such/dir/x.safetensors"), {}), Error);
+  EXPECT_THROW(write_safetensors((dir / "no/such/dir/x.safetensors").string(), {}), Error);
   EXPECT_THROW(write_safetensors(path, {{"__metadata__", Tensor::zeros({1}, DType::F32)}}), Error);
   EXPECT_THROW(write_safetensors(path, {{"u", Tensor()}}), Error);
 }
 
 TEST(safetensors, ShardedCheckpoint) {
-  TempDir dir;
+  const fs::path dir = xt::scratch_folder("safetensors_ShardedCheckpoint");
   const Tensor a = xt::random_tensor({2, 3}, DType::BF16, 1);
   const Tensor b = xt::random_tensor({4}, DType::F32, 2);
   const Tensor c = xt::random_tensor({5}, DType::F16, 3);
-  write_safetensors(dir.file("model-00001-of-00002.safetensors"), {{"a", a}, {"b", b}});
-  write_safetensors(dir.file("model-00002-of-00002.safetensors"), {{"c", c}});
-  write_bytes(dir.file("model.safetensors.index.json"),
+  write_safetensors((dir / "model-00001-of-00002.safetensors").string(), {{"a", a}, {"b", b}});
+  write_safetensors((dir / "model-00002-of-00002.safetensors").string(), {{"c", c}});
+  write_text((dir / "model.safetensors.index.json").string(),
               R"({"metadata": {"total_size": 34}, "weight_map": {"a": "model-00001-of-00002.safetensors",
                   "b": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"}})");
-  const ShardedSafetensors sharded = ShardedSafetensors::open(dir.file("model.safetensors.index.json"));
+  const ShardedSafetensors sharded = ShardedSafetensors::open((dir / "model.safetensors.index.json").string());
   EXPECT_EQ(sharded.shards().size(), 2u);
   EXPECT_EQ(sharded.names(), (std::vector<std::string>{"a", "b", "c"}));
   EXPECT_TRUE(sharded.contains("c"));

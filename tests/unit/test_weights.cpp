@@ -2,27 +2,20 @@
 // dtype conversion, and one error that lists every problem by name.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
-#include <functional>
 
+#include "support/files.h"
+#include "support/reference.h"
 #include "xdit/io/safetensors.h"
 #include "xdit/io/weights.h"
 
 namespace fs = std::filesystem;
 using namespace xdit;
 
-namespace {
+namespace xt = xdit::testing;
+using xt::error_of;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+namespace {
 
 // The tensors of a tiny two-block model.
 TensorMap tiny_model() {
@@ -73,8 +66,7 @@ TEST(weights, BindsZeroCopyViewsUnderPrefixes) {
 }
 
 TEST(weights, BindsViewsOfTheMappedFile) {
-  std::string tmpl = (fs::temp_directory_path() / "xdit_weights_XXXXXX").string();
-  const fs::path dir = ::mkdtemp(tmpl.data());
+  const fs::path dir = xt::scratch_folder("weights_BindsViewsOfTheMappedFile");
   const std::string path = (dir / "w.safetensors").string();
   write_safetensors(path, {{"w", Tensor::full({2, 3}, 4.0f, DType::BF16)}});
   Tensor w;
@@ -86,7 +78,6 @@ TEST(weights, BindsViewsOfTheMappedFile) {
     EXPECT_EQ(w.raw_data(), file.tensor("w").raw_data()) << "a view into the mapping, not a copy";
   }
   EXPECT_EQ(w.to_floats(), std::vector<float>(6, 4.0f)) << "the view keeps the mapping alive";
-  fs::remove_all(dir);
 }
 
 TEST(weights, ReportsEveryProblemAtOnce) {

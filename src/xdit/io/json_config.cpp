@@ -101,7 +101,7 @@ std::string quote(std::string_view text, size_t max_bytes) {
   return "\"" + sanitize(text.substr(0, cut)) + "...\"";
 }
 
-std::string read_text_file(const std::string& path) {
+int open_regular_file(const std::string& path, size_t& size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open ", path, ": ", std::strerror(errno));
   struct stat st {};
@@ -109,7 +109,14 @@ std::string read_text_file(const std::string& path) {
     ::close(fd);
     fail("cannot read ", path, ": not a regular file");
   }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size = static_cast<size_t>(st.st_size);
+  return fd;
+}
+
+std::string read_text_file(const std::string& path) {
+  size_t size = 0;
+  const int fd = open_regular_file(path, size);
+  std::string text(size, '\0');
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t got = ::read(fd, text.data() + done, text.size() - done);

@@ -26,6 +26,10 @@ std::string quote(std::string_view text, size_t max_bytes = 200);
 // "integer 5", "string \"abc\"", "array", ...: a JSON value described for an error message.
 std::string describe_json(const nlohmann::json& value);
 
+// Opens `path` read-only and returns the descriptor, with the file's size in `size`; throws naming
+// the path when it cannot be opened or is not a regular file. The caller closes the descriptor.
+int open_regular_file(const std::string& path, size_t& size);
+
 // Reads a whole file; throws naming the path.
 std::string read_text_file(const std::string& path);
 

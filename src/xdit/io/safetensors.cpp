@@ -201,14 +201,8 @@ SafetensorsFile::SafetensorsFile(std::span<const std::byte> bytes, std::shared_p
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open ", path, ": ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("cannot read ", path, ": not a regular file");
-  }
-  const auto size = static_cast<size_t>(st.st_size);
+  size_t size = 0;
+  const int fd = open_regular_file(path, size);
   if (size == 0) {
     ::close(fd);
     return SafetensorsFile({}, nullptr, path);  // mmap cannot map zero bytes; the parser reports it

@@ -181,15 +181,34 @@ int64_t output_size(int64_t in, int64_t kernel, int64_t stride, int64_t dilation
   return (in + total_padding - dilation * (kernel - 1) - 1) / stride + 1;
 }
 
+// A problem over src and weight as they are stored; the caller adds the groups, the spatial
+// parameters and dst_shape.
+ConvProblem problem_for(const Tensor& src, const Tensor& weight) {
+  ConvProblem p;
+  p.dtype = src.dtype();
+  p.src_shape = src.shape();
+  p.src_strides = src.strides();
+  p.weight_shape = weight.shape();
+  p.weight_strides = weight.strides();
+  return p;
+}
+
+// Runs `p` (dst_shape set) on src, weight and bias into a new tensor laid out like `like`.
+Tensor run_into_new(ConvProblem& p, const Tensor& src, const Tensor& weight, const Tensor& bias, const Tensor& like) {
+  Tensor out = empty_like_layout(p.dst_shape, like);
+  if (out.numel() == 0) return out;
+  p.dst_strides = out.strides();
+  const Tensor dense_bias = bias.defined() ? bias.contiguous() : Tensor();
+  p.has_bias = bias.defined();
+  if (p.has_bias) p.bias_dtype = bias.dtype();
+  run_conv(p, src.raw_data(), weight.raw_data(), p.has_bias ? dense_bias.raw_data() : nullptr, out.raw_data());
+  return out;
+}
+
 }  // namespace
 
 Tensor CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& params) {
-  ConvProblem p;
-  p.dtype = x.dtype();
-  p.src_shape = x.shape();
-  p.src_strides = x.strides();
-  p.weight_shape = weight.shape();
-  p.weight_strides = weight.strides();
+  ConvProblem p = problem_for(x, weight);
   p.groups = params.groups;
   p.dst_shape = {x.size(0), weight.size(0), 0, 0};
   for (size_t d = 0; d < 2; ++d) {
@@ -200,14 +219,7 @@ Tensor CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& b
     p.padding_front.push_back(params.padding[d]);
     p.padding_back.push_back(params.padding[d]);
   }
-  Tensor out = empty_like_layout(p.dst_shape, x);
-  if (out.numel() == 0) return out;
-  p.dst_strides = out.strides();
-  const Tensor dense_bias = bias.defined() ? bias.contiguous() : Tensor();
-  p.has_bias = bias.defined();
-  if (p.has_bias) p.bias_dtype = bias.dtype();
-  run_conv(p, x.raw_data(), weight.raw_data(), p.has_bias ? dense_bias.raw_data() : nullptr, out.raw_data());
-  return out;
+  return run_into_new(p, x, weight, bias, x);
 }
 
 Tensor CpuBackend::causal_conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& cache,
@@ -225,12 +237,7 @@ Tensor CpuBackend::causal_conv3d(const Tensor& x, const Tensor& weight, const Te
     input.narrow(2, cached, x.size(2)).copy_from(x);
   }
 
-  ConvProblem p;
-  p.dtype = x.dtype();
-  p.src_shape = input.shape();
-  p.src_strides = input.strides();
-  p.weight_shape = weight.shape();
-  p.weight_strides = weight.strides();
+  ConvProblem p = problem_for(input, weight);
   p.stride = {params.stride[0], params.stride[1], params.stride[2]};
   p.dilation = {0, 0, 0};
   p.padding_front = {time_padding - cached, params.padding[1], params.padding[2]};
@@ -240,14 +247,7 @@ Tensor CpuBackend::causal_conv3d(const Tensor& x, const Tensor& weight, const Te
     p.dst_shape[2 + d] = output_size(input.size(2 + d), weight.size(2 + d), p.stride[d], 1,
                                      p.padding_front[d] + p.padding_back[d]);
   }
-  Tensor out = empty_like_layout(p.dst_shape, x);
-  if (out.numel() == 0) return out;
-  p.dst_strides = out.strides();
-  const Tensor dense_bias = bias.defined() ? bias.contiguous() : Tensor();
-  p.has_bias = bias.defined();
-  if (p.has_bias) p.bias_dtype = bias.dtype();
-  run_conv(p, input.raw_data(), weight.raw_data(), p.has_bias ? dense_bias.raw_data() : nullptr, out.raw_data());
-  return out;
+  return run_into_new(p, input, weight, bias, x);
 }
 
 }  // namespace xdit

@@ -1,6 +1,8 @@
 // CPU normalisations: RMSNorm and LayerNorm over the last dim, GroupNorm over channel groups.
 // Statistics are computed in f32 (sums of raw values in f64), each output is rounded once to the
 // input dtype. Rows are staged through small f32 buffers so one f32 kernel serves f32 and bf16.
+#include "xdit/backend/cpu/vec.h"  // first: it includes <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -15,29 +17,10 @@ namespace {
 // Elements one task should at least cover, so threads are not woken for tiny tensors.
 constexpr int64_t kTaskElements = int64_t{1} << 15;
 
-void bf16_to_f32_row(const void* src, int64_t n, float* __restrict dst) {
-  const uint16_t* __restrict bits = static_cast<const uint16_t*>(src);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = bits_to_f32(static_cast<uint32_t>(bits[i]) << 16);
-}
-
-// Round-to-nearest-even exactly like xdit::f32_to_bf16 (denormals kept, NaN quieted), written
-// branch-free so it vectorises.
-void f32_to_bf16_row(const float* __restrict src, int64_t n, void* dst) {
-  uint16_t* __restrict out = static_cast<uint16_t*>(dst);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = f32_to_bits(src[i]);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t quiet_nan = (u >> 16) | 0x40u;
-    out[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-  }
-}
-
 // x as f32: the memory itself for f32 data, else `buffer` filled with the converted bf16 values.
 const float* as_f32(const void* x, DType dtype, int64_t n, float* buffer) {
   if (dtype == DType::F32) return static_cast<const float*>(x);
-  bf16_to_f32_row(x, n, buffer);
+  cpu::convert_row(static_cast<const bf16_t*>(x), n, buffer);
   return buffer;
 }
 
@@ -116,7 +99,7 @@ Tensor map_rows(const Tensor& x_in, RowFn row_fn) {
       char* y_row = y_base + r * width * static_cast<int64_t>(elem);
       float* out = staged ? y_buffer.data() : reinterpret_cast<float*>(y_row);
       row_fn(as_f32(x_row, dtype, width, x_buffer.data()), out, width);
-      if (staged) f32_to_bf16_row(out, width, y_row);
+      if (staged) cpu::convert_row(out, width, reinterpret_cast<bf16_t*>(y_row));
     }
   });
   return y;
@@ -242,7 +225,7 @@ Tensor CpuBackend::group_norm(const Tensor& x_in, int64_t groups, const Tensor& 
       float* __restrict dst = staged ? out.data() : reinterpret_cast<float*>(y_at);
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) dst[i] = ((src[i] - mean.hi) - mean.lo) * scale + shift;
-      if (staged) f32_to_bf16_row(dst, n, y_at);
+      if (staged) cpu::convert_row(dst, n, reinterpret_cast<bf16_t*>(y_at));
       p += n;
     }
   });

@@ -66,6 +66,18 @@ struct ReductionPlan {
   Shape out_shape;
 };
 
+// Appends a dim of `size` and `stride` after sizes/strides, merged into the last dim there when
+// that one's stride is this dim's extent (the two are contiguous).
+void append_merged(Shape& sizes, Shape& strides, int64_t size, int64_t stride) {
+  if (!sizes.empty() && strides.back() == stride * size) {
+    sizes.back() *= size;
+    strides.back() = stride;
+  } else {
+    sizes.push_back(size);
+    strides.push_back(stride);
+  }
+}
+
 ReductionPlan make_plan(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const int64_t ndim = x.dim();
   std::vector<bool> reduced(static_cast<size_t>(ndim), dims.empty());
@@ -82,27 +94,12 @@ ReductionPlan make_plan(const Tensor& x, const std::vector<int64_t>& dims, bool 
     }
     plan.outputs *= x.size(d);
     plan.out_shape.push_back(x.size(d));
-    if (x.size(d) == 1) continue;
-    if (!plan.kept_sizes.empty() && plan.kept_strides.back() == x.stride(d) * x.size(d)) {
-      plan.kept_sizes.back() *= x.size(d);
-      plan.kept_strides.back() = x.stride(d);
-    } else {
-      plan.kept_sizes.push_back(x.size(d));
-      plan.kept_strides.push_back(x.stride(d));
-    }
+    if (x.size(d) != 1) append_merged(plan.kept_sizes, plan.kept_strides, x.size(d), x.stride(d));
   }
   // The summation order is free, so walk the reduced dims in memory order.
   std::stable_sort(reduced_dims.begin(), reduced_dims.end(),
                    [&](int64_t a, int64_t b) { return x.stride(a) > x.stride(b); });
-  for (int64_t d : reduced_dims) {
-    if (!plan.reduced_sizes.empty() && plan.reduced_strides.back() == x.stride(d) * x.size(d)) {
-      plan.reduced_sizes.back() *= x.size(d);
-      plan.reduced_strides.back() = x.stride(d);
-    } else {
-      plan.reduced_sizes.push_back(x.size(d));
-      plan.reduced_strides.push_back(x.stride(d));
-    }
-  }
+  for (int64_t d : reduced_dims) append_merged(plan.reduced_sizes, plan.reduced_strides, x.size(d), x.stride(d));
   if (plan.reduced_sizes.empty()) {
     plan.reduced_sizes.push_back(1);
     plan.reduced_strides.push_back(1);

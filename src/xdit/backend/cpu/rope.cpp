@@ -1,5 +1,7 @@
 // CPU rotary embedding. Each head row is rotated in f32 and rounded once to x's dtype; bf16 rows
 // are staged through small f32 buffers so one kernel per style serves f32 and bf16.
+#include "xdit/backend/cpu/vec.h"  // first: it includes <immintrin.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -8,23 +10,6 @@
 
 namespace xdit {
 namespace {
-
-void bf16_to_f32_row(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = bits_to_f32(static_cast<uint32_t>(src[i]) << 16);
-}
-
-// Round-to-nearest-even exactly like xdit::f32_to_bf16 (denormals kept, NaN quieted), written
-// branch-free so it vectorises.
-void f32_to_bf16_row(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = f32_to_bits(src[i]);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t quiet_nan = (u >> 16) | 0x40u;
-    dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-  }
-}
 
 // Pairs (2k, 2k+1) rotated by angle k.
 void rotate_interleaved(const float* __restrict x, const float* __restrict cos, const float* __restrict sin,
@@ -82,9 +67,9 @@ Tensor CpuBackend::apply_rope(const Tensor& x_in, const Tensor& cos_in, const Te
           rotate(reinterpret_cast<const float*>(x_row), cos_row, sin_row, half, reinterpret_cast<float*>(y_row));
           continue;
         }
-        bf16_to_f32_row(reinterpret_cast<const uint16_t*>(x_row), head_dim, in.data());
+        cpu::convert_row(reinterpret_cast<const bf16_t*>(x_row), head_dim, in.data());
         rotate(in.data(), cos_row, sin_row, half, out.data());
-        f32_to_bf16_row(out.data(), head_dim, reinterpret_cast<uint16_t*>(y_row));
+        cpu::convert_row(out.data(), head_dim, reinterpret_cast<bf16_t*>(y_row));
       }
     }
   });

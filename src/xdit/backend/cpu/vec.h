@@ -1,7 +1,8 @@
 // Building blocks for the CPU elementwise kernels (AVX-512F/BW/VL/DQ/BF16, which -march=native gives
 // on the target machines):
-//  - 16-lane loads from f32 or bf16 storage into f32 registers and stores back, with masked tails;
-//    the bf16 store rounds to nearest even exactly like xdit::f32_to_bf16 (denormals kept, NaN quieted);
+//  - 16-lane loads from f32 or bf16 storage into f32 registers and stores back, with masked tails,
+//    and convert_row built on them; the bf16 store rounds to nearest even exactly like
+//    xdit::f32_to_bf16 (denormals kept, NaN quieted);
 //  - exp, sigmoid and the standard normal CDF in f32 (within 2, 3 and 8 ulp), never overflowing;
 //  - for_each_run, which walks several equally-shaped strided operands in runs along the innermost
 //    dim and splits the work among threads, and map_run, which applies a vector function over a run.
@@ -79,6 +80,18 @@ inline void store16(bf16_t* p, __m512 v, __mmask16 lanes = kAllLanes) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
   } else {
     _mm256_mask_storeu_epi16(p, lanes, bits);
+  }
+}
+
+// dst[i] = src[i] for i < n, between f32 and bf16 storage (either way, or f32 to f32), 16 lanes
+// at a time; bf16 results are rounded as by xdit::f32_to_bf16.
+template <typename TIn, typename TOut>
+void convert_row(const TIn* src, int64_t n, TOut* dst) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store16(dst + i, load16(src + i));
+  if (i < n) {
+    const __mmask16 lanes = first_lanes(n - i);
+    store16(dst + i, load16(src + i, lanes), lanes);
   }
 }
 
