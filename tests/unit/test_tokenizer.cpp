@@ -67,7 +67,8 @@ INSTANTIATE_TEST_SUITE_P(Families, TokenizerFixture, ::testing::Values("flux2-kl
 // The sidecars' formatted text is the MODELS.md chat template around the prompt.
 TEST(Tokenizer, FixturesUseTheChatTemplates) {
   for (const auto& [family, tail] : {std::pair{"flux2-klein", "<think>\n\n</think>\n\n"}, std::pair{"z-image", ""}}) {
-    const nlohmann::json& cases = ReferenceFile::load(family).sidecar().json().at("tokens");
+    const ReferenceFile ref = ReferenceFile::load(family);  // owns the JSON that `cases` refers to
+    const nlohmann::json& cases = ref.sidecar().json().at("tokens");
     for (const auto& [name, info] : cases.items()) {
       const std::string p = info.at("prompt").get<std::string>();
       EXPECT_EQ(info.at("formatted").get<std::string>(),
