@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "support/reference.h"
@@ -71,6 +73,18 @@ std::vector<std::string> ReferenceFile::names_with_prefix(std::string_view prefi
   if (c.rel_l2 <= tolerance.low_precision_rel_l2) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << dtype_name(actual.dtype()) << " relative L2 error above "
                                        << tolerance.low_precision_rel_l2 << ": " << c.describe();
+}
+
+double psnr(const Tensor& actual, const Tensor& expected, double peak) {
+  XDIT_CHECK(actual.shape() == expected.shape(), "psnr: shapes ", shape_str(actual.shape()), " and ",
+             shape_str(expected.shape()), " differ");
+  const std::vector<double> a = actual.to_doubles(), e = expected.to_doubles();
+  XDIT_CHECK(!a.empty(), "psnr: empty images");
+  double squared = 0;
+  for (size_t i = 0; i < a.size(); ++i) squared += (a[i] - e[i]) * (a[i] - e[i]);
+  const double mse = squared / static_cast<double>(a.size());
+  if (mse == 0) return std::numeric_limits<double>::infinity();
+  return 10.0 * std::log10(peak * peak / mse);
 }
 
 // ---- SHA-256, FIPS 180-4 §4.1.2, §5.1.1, §6.2 ----

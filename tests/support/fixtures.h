@@ -62,6 +62,10 @@ struct FixtureTolerance {
 // worst index (Comparison::describe).
 ::testing::AssertionResult matches_fixture(const Tensor& actual, const Tensor& expected, FixtureTolerance tolerance = {});
 
+// Peak signal-to-noise ratio in dB of two images of equal shape with values in [0, peak]:
+// 10 log10(peak^2 / MSE); infinity when they are equal.
+double psnr(const Tensor& actual, const Tensor& expected, double peak = 1.0);
+
 // SHA-256 (FIPS 180-4).
 using Sha256Digest = std::array<uint8_t, 32>;
 Sha256Digest sha256(std::span<const std::byte> data);

@@ -313,7 +313,6 @@ TEST(CliNotSupported, NamesTheFlag) {
       {{"--fully_shard_degree", "2"}, {"--fully_shard_degree 2: not supported yet"}},
       {{"--memory_efficient_replicated_load"}, {"--memory_efficient_replicated_load: not supported yet"}},
       {{"--use_fp8_comms"}, {"--use_fp8_comms: not supported yet"}},
-      {{"--gemm_quantization", "fp8"}, {"--gemm_quantization fp8: not supported yet"}},
       {{"--attention_backend", "sdpa"}, {"--attention_backend sdpa: not supported yet"}},
       {{"--use_torch_compile"}, {"--use_torch_compile: not supported yet"}},
       {{"--cache_method", "teacache"}, {"--cache_method teacache: not supported yet"}},
@@ -345,7 +344,8 @@ TEST(CliNotSupported, PlainRequestsPass) {
   EXPECT_NO_THROW(xdit::reject_unsupported(options_of({"--model", "m", "--prompt", "a", "--height", "512",
                                                        "--num_inference_steps", "4", "--dtype", "f32", "--seed", "3",
                                                        "--num_iterations", "3", "--warmup_calls", "1", "--quiet",
-                                                       "--attention_backend", "auto", "--device", "cpu"})));
+                                                       "--attention_backend", "auto", "--device", "cpu",
+                                                       "--gemm_quantization", "fp8", "--use_fp8_text_encoder"})));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -366,7 +366,9 @@ const Words kContractFlags = {
     "--enable_tiling", "--use_parallel_vae", "--vae_tile_size_height", "--vae_tile_size_width",
     "--vae_tile_overlap_height", "--vae_tile_overlap_width", "--enable_model_cpu_offload",
     "--enable_group_cpu_offload", "--enable_sequential_cpu_offload", "--device", "--dtype", "--rng", "--output_name",
-    "--quiet"};
+    "--quiet",
+    // Ours beyond DESIGN.md section 1: the diffusers FLUX.2 pipeline argument of the same name.
+    "--text_encoder_out_layers"};
 
 TEST(CliHelp, FlagSetIsTheContract) {
   const Words names = xdit::all_flag_names();
@@ -452,7 +454,8 @@ constexpr const char* kTestPipeline = "XditCliTestPipeline";
 class PipelineRegistryTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    xdit::register_pipeline({kTestPipeline, 16, [](const RunOptions& options) { runs().push_back(options); }});
+    xdit::register_pipeline({kTestPipeline, 16, [](const RunOptions& options) { runs().push_back(options); },
+                             {"--guidance_scale", "--negative_prompt"}});
   }
   void SetUp() override { runs().clear(); }
 
@@ -483,11 +486,11 @@ TEST_F(PipelineRegistryTest, FindsRegisteredClasses) {
 }
 
 TEST_F(PipelineRegistryTest, RejectsDuplicatesAndIncompleteSpecs) {
-  expect_error<xdit::Error>([] { xdit::register_pipeline({kTestPipeline, 16, [](const RunOptions&) {}}); },
+  expect_error<xdit::Error>([] { xdit::register_pipeline({kTestPipeline, 16, [](const RunOptions&) {}, {}}); },
                             {kTestPipeline, "registered twice"});
-  expect_error<xdit::Error>([] { xdit::register_pipeline({"", 16, [](const RunOptions&) {}}); }, {"empty"});
-  expect_error<xdit::Error>([] { xdit::register_pipeline({"XditCliNoRun", 16, nullptr}); }, {"no run function"});
-  expect_error<xdit::Error>([] { xdit::register_pipeline({"XditCliZero", 0, [](const RunOptions&) {}}); },
+  expect_error<xdit::Error>([] { xdit::register_pipeline({"", 16, [](const RunOptions&) {}, {}}); }, {"empty"});
+  expect_error<xdit::Error>([] { xdit::register_pipeline({"XditCliNoRun", 16, nullptr, {}}); }, {"no run function"});
+  expect_error<xdit::Error>([] { xdit::register_pipeline({"XditCliZero", 0, [](const RunOptions&) {}, {}}); },
                             {"spatial_multiple 0"});
 }
 
@@ -505,6 +508,35 @@ TEST_F(PipelineRegistryTest, HeightAndWidthFollowTheSpatialMultiple) {
   ASSERT_EQ(runs().size(), 1u);
   EXPECT_EQ(runs()[0].height, 1024);
   EXPECT_EQ(runs()[0].prompts, Words{"a cat"});
+}
+
+TEST_F(PipelineRegistryTest, ModelSpecificFlagsMustBeOnesThePipelineTakes) {
+  const std::string model = model_folder("model_flags", index_for(kTestPipeline));
+  for (const Words& flag : {Words{"--num_frames", "81"}, Words{"--true_cfg_scale", "4"},
+                            Words{"--guidance_scale_2", "3"}, Words{"--flow_shift", "5"},
+                            Words{"--text_encoder_out_layers", "1", "2"}}) {
+    Words args = {"--model", model};
+    args.insert(args.end(), flag.begin(), flag.end());
+    expect_error<xdit::UsageError>([&] { xdit::run_generation(options_of(args)); },
+                                   {flag[0] + ": " + kTestPipeline + " does not take this flag"});
+  }
+  EXPECT_TRUE(runs().empty());
+  xdit::run_generation(
+      options_of({"--model", model, "--guidance_scale", "5", "--negative_prompt", "blur", "--prompt", "a cat"}));
+  ASSERT_EQ(runs().size(), 1u);
+  EXPECT_EQ(runs()[0].guidance_scale, 5.0);
+
+  expect_error<xdit::Error>(
+      [] { xdit::register_pipeline({"XditCliBadFlags", 16, [](const RunOptions&) {}, {"--seed"}}); },
+      {"XditCliBadFlags", "--seed", "not a model-specific flag"});
+  EXPECT_EQ(xdit::model_specific_flags().size(), 7u);
+}
+
+TEST(CliFlags, TextEncoderOutLayersAreListed) {
+  EXPECT_EQ(options_of({"--text_encoder_out_layers", "9", "18", "27"}).text_encoder_out_layers,
+            (std::vector<int>{9, 18, 27}));
+  expect_error<xdit::UsageError>([] { parse({"--text-encoder-out-layers", "-1"}); },
+                                 {"--text_encoder_out_layers -1", "0 or above"});
 }
 
 TEST_F(PipelineRegistryTest, UnsupportedFlagsAreRejectedBeforeTheModelIsRead) {

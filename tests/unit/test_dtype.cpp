@@ -260,3 +260,19 @@ TEST(DType, ConvertBuffersThroughEveryPair) {
 
 }  // namespace
 }  // namespace xdit
+
+namespace xdit {
+namespace {
+
+TEST(DType, RoundToDtypeIsTheStoredValue) {
+  // 987.5 in bf16: 8 mantissa bits give a spacing of 4 in [512, 1024); ties go to even (988).
+  EXPECT_EQ(round_to_dtype(987.5f, DType::BF16), 988.0f);
+  EXPECT_EQ(round_to_dtype(986.0f, DType::BF16), 984.0f);
+  EXPECT_EQ(round_to_dtype(0.1f, DType::F32), 0.1f);
+  EXPECT_EQ(round_to_dtype(1000.0f, DType::F8E4M3), 448.0f);  // saturates like SATFINITE
+  EXPECT_EQ(round_to_dtype(1.0f + 1.0f / 2048, DType::F16), 1.0f);
+  EXPECT_THROW(round_to_dtype(1.0f, DType::I32), Error);
+}
+
+}  // namespace
+}  // namespace xdit

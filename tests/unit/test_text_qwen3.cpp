@@ -1,4 +1,4 @@
-// Qwen3Encoder against transformers: the klein pipeline's prompt_embeds (hidden states 9, 18, 27
+// The Qwen3 text encoder (the shared DecoderLM with q/k norms) against transformers: the klein pipeline's prompt_embeds (hidden states 9, 18, 27
 // of the tiny 28-layer text encoder, stacked per token) for every fixture prompt, in F32.
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@ struct Klein {
 
 TEST(Qwen3, ConfigOfTheTinyModel) {
   const Klein klein;
-  const Qwen3Config c = Qwen3Config::from_json(klein.repo.component_config("text_encoder"));
+  const DecoderLMConfig c = qwen3_config(klein.repo.component_config("text_encoder"));
   EXPECT_EQ(c.hidden_size, 32);
   EXPECT_EQ(c.num_hidden_layers, 28);
   EXPECT_EQ(c.num_attention_heads, 2);
@@ -41,13 +41,13 @@ TEST(Qwen3, ConfigOfTheTinyModel) {
   EXPECT_EQ(c.vocab_size, 650);
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
   EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_TRUE(c.qk_norm);
 }
 
 TEST(Qwen3, PromptEmbedsMatchTransformersForEveryPrompt) {
   const Klein klein;
   const auto weights = klein.repo.component_weights("text_encoder");
-  const Qwen3Encoder encoder =
-      Qwen3Encoder::load(*weights, klein.repo.component_config("text_encoder"), klein.deepest(), DType::F32);
+  const DecoderLM encoder = load_qwen3(*weights, klein.repo.component_config("text_encoder"), klein.deepest(), {});
   const std::vector<std::string> prompts = klein.reference.sidecar().get_object("tokens").keys();
   ASSERT_FALSE(prompts.empty());
   for (const std::string& prompt : prompts) {
@@ -67,7 +67,7 @@ TEST(Qwen3, PromptEmbedsMatchTransformersForEveryPrompt) {
 TEST(Qwen3, TapsAreStackedInTheOrderGiven) {
   const Klein klein;
   const auto weights = klein.repo.component_weights("text_encoder");
-  const Qwen3Encoder encoder = Qwen3Encoder::load(*weights, klein.repo.component_config("text_encoder"), 3, DType::F32);
+  const DecoderLM encoder = load_qwen3(*weights, klein.repo.component_config("text_encoder"), 3, {});
   const Tensor ids = klein.reference.tensor("tokens.ascii.input_ids").narrow(1, 0, 8);
   const Tensor mask = klein.reference.tensor("tokens.ascii.attention_mask").narrow(1, 0, 8);
   const Tensor forward = encoder.hidden_states_stacked(ids, mask, {1, 3});
@@ -81,14 +81,21 @@ TEST(Qwen3, RejectsTapsBeyondTheLoadedLayersAndUnknownTokens) {
   const Klein klein;
   const auto weights = klein.repo.component_weights("text_encoder");
   const JsonConfig config = klein.repo.component_config("text_encoder");
-  const Qwen3Encoder encoder = Qwen3Encoder::load(*weights, config, 2, DType::F32);
+  const DecoderLM encoder = load_qwen3(*weights, config, 2, {});
   const Tensor mask = Tensor::full({1, 2}, 1.0f, DType::I32);
   const std::vector<int64_t> known = {1, 2}, unknown = {1, 650};
   testing::expect_error([&] { encoder.hidden_states_stacked(Tensor::from_ints(known, {1, 2}), mask, {3}); },
                         {"hidden state 3", "not loaded"});
   testing::expect_error([&] { encoder.hidden_states_stacked(Tensor::from_ints(unknown, {1, 2}), mask, {1}); },
                         {"token id 650", "vocabulary of 650"});
-  testing::expect_error([&] { Qwen3Encoder::load(*weights, config, 29, DType::F32); },
+  const std::vector<int64_t> left = {0, 1}, none = {0, 0};
+  testing::expect_error(
+      [&] { encoder.hidden_states_stacked(Tensor::from_ints(known, {1, 2}), Tensor::from_ints(left, {1, 2}), {1}); },
+      {"mask row 0", "not right-padded"});
+  testing::expect_error(
+      [&] { encoder.hidden_states_stacked(Tensor::from_ints(known, {1, 2}), Tensor::from_ints(none, {1, 2}), {1}); },
+      {"mask row 0", "no tokens"});
+  testing::expect_error([&] { load_qwen3(*weights, config, 29, {}); },
                         {"hidden state 29", "28 layers"});
 }
 

@@ -11,6 +11,7 @@
 #include "support/files.h"
 #include "support/fixtures.h"
 #include "support/reference.h"
+#include "xdit/text/chat_template.h"
 #include "xdit/text/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -57,25 +58,50 @@ TEST_P(TokenizerFixture, MatchesReferenceIds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TokenizerFixture, ::testing::Values("flux2-klein", "z-image", "qwen-image"),
+INSTANTIATE_TEST_SUITE_P(Families, TokenizerFixture,
+                         ::testing::Values("flux2-klein", "flux2-dev", "z-image", "qwen-image"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::erase(name, '-');
                            return name;
                          });
 
-// The sidecars' formatted text is the MODELS.md chat template around the prompt.
-TEST(Tokenizer, FixturesUseTheChatTemplates) {
-  for (const auto& [family, tail] : {std::pair{"flux2-klein", "<think>\n\n</think>\n\n"}, std::pair{"z-image", ""}}) {
-    const ReferenceFile ref = ReferenceFile::load(family);  // owns the JSON that `cases` refers to
-    const nlohmann::json& cases = ref.sidecar().json().at("tokens");
-    for (const auto& [name, info] : cases.items()) {
-      const std::string p = info.at("prompt").get<std::string>();
-      EXPECT_EQ(info.at("formatted").get<std::string>(),
-                "<|im_start|>user\n" + p + "<|im_end|>\n<|im_start|>assistant\n" + tail)
-          << family << " " << name;
-    }
+// The sidecars' formatted text is what chat::qwen and chat::mistral build around the prompt:
+// klein with enable_thinking=False, Z-Image with True, Qwen-Image's own template (a system turn),
+// FLUX.2 dev's system message and user turn after the bos token.
+TEST(ChatTemplate, RebuildsTheFixturesFormattedText) {
+  struct Case {
+    const char* family;
+    std::function<std::string(const std::string&)> format;
+  };
+  const std::string describe =
+      "Describe the image by detailing the color, shape, size, texture, quantity, text, spatial relationships of "
+      "the objects and background:";
+  const std::string system =
+      "You are an AI that reasons about image descriptions. You give structured responses focusing on object "
+      "relationships, object\nattribution and actions without speculation.";
+  const Case cases[] = {
+      {"flux2-klein", [](const std::string& p) { return chat::qwen({{"user", p}}, true, false); }},
+      {"z-image", [](const std::string& p) { return chat::qwen({{"user", p}}, true, true); }},
+      {"qwen-image", [&](const std::string& p) { return chat::qwen({{"system", describe}, {"user", p}}, true, true); }},
+      {"flux2-dev", [&](const std::string& p) { return chat::mistral({{"system", system}, {"user", p}}, "<s>"); }},
+  };
+  for (const Case& c : cases) {
+    const ReferenceFile ref = ReferenceFile::load(c.family);  // owns the JSON that `tokens` refers to
+    const nlohmann::json& tokens = ref.sidecar().json().at("tokens");
+    ASSERT_FALSE(tokens.empty());
+    for (const auto& [name, info] : tokens.items())
+      EXPECT_EQ(c.format(info.at("prompt").get<std::string>()), info.at("formatted").get<std::string>())
+          << c.family << " " << name;
   }
+}
+
+TEST(ChatTemplate, GenerationPromptAndRoles) {
+  EXPECT_EQ(chat::qwen({{"user", "hi"}}, false, false), "<|im_start|>user\nhi<|im_end|>\n");
+  EXPECT_EQ(chat::qwen({}, true, true), "<|im_start|>assistant\n");
+  EXPECT_EQ(chat::mistral({{"user", "a"}, {"user", "b"}}, "<s>"), "<s>[INST]a[/INST][INST]b[/INST]");
+  expect_error([] { chat::qwen({{"assistant", "x"}}, true, false); }, {"Qwen", "\"assistant\""});
+  expect_error([] { chat::mistral({{"tool", "x"}}, "<s>"); }, {"Mistral", "\"tool\""});
 }
 
 TEST(Tokenizer, TruncatesToMaxLength) {
@@ -184,4 +210,119 @@ TEST(Tokenizer, AddedTokenStripFlags) {
   const std::vector<int64_t> b = klein().encode("b");
   expected.insert(expected.end(), b.begin(), b.end());
   EXPECT_EQ(tokenizer.encode("a \t<|endoftext|>\n b"), expected);
+}
+
+// Tekken's TemplateProcessing "<s> $A": add_special_tokens=True puts <s> in front; the Qwen
+// template adds nothing. Plain encode() never adds them (apply_chat_template's tokenization).
+TEST(Tokenizer, PostProcessorTemplateAddsSpecialTokens) {
+  const Tokenizer tekken = Tokenizer::load(tokenizer_path("flux2-dev"));
+  const std::vector<int64_t> ids = tekken.encode("A red fox");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_NE(ids.front(), tekken.token_id("<s>"));
+  std::vector<int64_t> expected{tekken.token_id("<s>")};
+  expected.insert(expected.end(), ids.begin(), ids.end());
+  EXPECT_EQ(tekken.with_special_tokens(ids), expected);
+  EXPECT_EQ(tekken.with_special_tokens({}), std::vector<int64_t>{tekken.token_id("<s>")});
+  EXPECT_EQ(klein().with_special_tokens(ids), ids);
+
+  // A Sequence of processors wraps in order: the second template goes around the first.
+  const fs::path nested = edited_tokenizer("tok_nested_template", [](nlohmann::json& j) {
+    const nlohmann::json wrap = {
+        {"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<|im_start|>"}}}},
+          {{"Sequence", {{"id", "A"}}}},
+          {{"SpecialToken", {{"id", "<|im_end|>"}}}}}},
+        {"special_tokens", {{"<|im_start|>", {{"ids", {641}}}}, {"<|im_end|>", {{"ids", {642}}}}}}};
+    const nlohmann::json eot = {{"type", "TemplateProcessing"},
+                                {"single", {{{"Sequence", {{"id", "A"}}}}, {{"SpecialToken", {{"id", "e"}}}}}},
+                                {"special_tokens", {{"e", {{"ids", {640}}}}}}};
+    j["post_processor"] = {{"type", "Sequence"}, {"processors", {{{"type", "ByteLevel"}}, eot, wrap}}};
+  });
+  EXPECT_EQ(Tokenizer::load(nested).with_special_tokens(std::vector<int64_t>{7, 8}),
+            (std::vector<int64_t>{641, 7, 8, 640, 642}));
+}
+
+TEST(Tokenizer, PostProcessorErrorsNameTheField) {
+  const fs::path bert = edited_tokenizer("tok_bert", [](nlohmann::json& j) {
+    j["post_processor"] = {{"type", "BertProcessing"}};
+  });
+  expect_error([&] { Tokenizer::load(bert); }, {bert.string(), "post_processor.type", "BertProcessing"});
+
+  const fs::path unknown = edited_tokenizer("tok_template_id", [](nlohmann::json& j) {
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+                           {"special_tokens", {{"<s>", {{"ids", {99999}}}}}}};
+  });
+  expect_error([&] { Tokenizer::load(unknown); }, {unknown.string(), "post_processor.special_tokens", "99999"});
+
+  const fs::path missing = edited_tokenizer("tok_template_missing", [](nlohmann::json& j) {
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+                           {"special_tokens", nlohmann::json::object()}};
+  });
+  expect_error([&] { Tokenizer::load(missing); }, {missing.string(), "post_processor.special_tokens", "<s>"});
+
+  const fs::path no_sequence = edited_tokenizer("tok_template_no_a", [](nlohmann::json& j) {
+    j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", nlohmann::json::array()}};
+  });
+  expect_error([&] { Tokenizer::load(no_sequence); }, {no_sequence.string(), "post_processor.single"});
+}
+
+// padding="max_length", truncation=True: cut to the length, right-padded, mask 1 then 0.
+TEST(Tokenizer, EncodePaddedTruncatesAndPads) {
+  const std::string short_text = "A red fox", long_text = "A red fox jumps over a sleeping dog at the edge.";
+  const std::vector<int64_t> a = klein().encode(short_text), b = klein().encode(long_text);
+  const size_t length = a.size() + 3;
+  ASSERT_GT(b.size(), length);
+  const int64_t pad = klein().token_id("<|endoftext|>");
+  const PaddedTokens t = klein().encode_padded({short_text, long_text}, length, pad);
+  ASSERT_EQ(t.input_ids.shape(), (Shape{2, static_cast<int64_t>(length)}));
+  ASSERT_EQ(t.input_ids.dtype(), DType::I64);
+  ASSERT_EQ(t.attention_mask.dtype(), DType::I64);
+  std::vector<double> ids0(a.begin(), a.end()), mask0(a.size(), 1.0);
+  ids0.insert(ids0.end(), 3, static_cast<double>(pad));
+  mask0.insert(mask0.end(), 3, 0.0);
+  const std::vector<double> ids1(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(length)), mask1(length, 1.0);
+  EXPECT_EQ(values(t.input_ids.select(0, 0)), ids0);
+  EXPECT_EQ(values(t.attention_mask.select(0, 0)), mask0);
+  EXPECT_EQ(values(t.input_ids.select(0, 1)), ids1);
+  EXPECT_EQ(values(t.attention_mask.select(0, 1)), mask1);
+  EXPECT_EQ(t.untruncated_tokens,
+            (std::vector<int64_t>{static_cast<int64_t>(a.size()), static_cast<int64_t>(b.size())}));
+
+  expect_error([] { klein().encode_padded({"a"}, 0, 640); }, {"length must be > 0"});
+  expect_error([] { klein().encode_padded({"a"}, 4, klein().vocab_size()); }, {"padding id"});
+}
+
+TEST(Tokenizer, ConfigReadsTheSpecialTokens) {
+  const TokenizerConfig qwen =
+      TokenizerConfig::load(tokenizer_path("flux2-klein").parent_path() / "tokenizer_config.json");
+  EXPECT_EQ(qwen.pad_token, "<|endoftext|>");
+  EXPECT_EQ(qwen.eos_token, "<|im_end|>");
+  EXPECT_FALSE(qwen.bos_token.has_value());  // null in Qwen's config
+  const TokenizerConfig tekken =
+      TokenizerConfig::load(tokenizer_path("flux2-dev").parent_path() / "tokenizer_config.json");
+  EXPECT_EQ(tekken.bos_token, "<s>");
+  EXPECT_EQ(tekken.pad_token, "<pad>");
+
+  const fs::path object = scratch_folder("tok_config_object") / "tokenizer_config.json";
+  write_text(object, R"({"pad_token": {"__type": "AddedToken", "content": "<pad>", "lstrip": false}})");
+  EXPECT_EQ(TokenizerConfig::load(object).pad_token, "<pad>");
+
+  EXPECT_EQ(tekken.padding_side, "right");
+  EXPECT_EQ(tekken.truncation_side, "right");
+
+  const fs::path left = scratch_folder("tok_config_left") / "tokenizer_config.json";
+  write_text(left, R"({"pad_token": "<pad>", "padding_side": "left", "truncation_side": "left"})");
+  EXPECT_EQ(TokenizerConfig::load(left).padding_side, "left");
+  EXPECT_EQ(TokenizerConfig::load(left).truncation_side, "left");
+  const fs::path middle = scratch_folder("tok_config_middle") / "tokenizer_config.json";
+  write_text(middle, R"({"padding_side": "middle"})");
+  expect_error([&] { TokenizerConfig::load(middle); }, {middle.string(), "padding_side", "middle"});
+  const fs::path number = scratch_folder("tok_config_number") / "tokenizer_config.json";
+  write_text(number, R"({"pad_token": 3})");
+  expect_error([&] { TokenizerConfig::load(number); }, {number.string(), "pad_token"});
+  expect_error([] { TokenizerConfig::load("/nonexistent/tokenizer_config.json"); },
+               {"/nonexistent/tokenizer_config.json"});
 }

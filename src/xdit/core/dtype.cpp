@@ -122,6 +122,13 @@ uint8_t f32_to_f8e4m3(float f) { return static_cast<uint8_t>(encode(kE4M3, f)); 
 float f8e5m2_to_f32(uint8_t v) { return decode(kE5M2, v); }
 uint8_t f32_to_f8e5m2(float f) { return static_cast<uint8_t>(encode(kE5M2, f)); }
 
+float round_to_dtype(float value, DType dtype) {
+  XDIT_CHECK(is_floating(dtype), "round_to_dtype: ", dtype_name(dtype), " is not a floating dtype");
+  alignas(8) unsigned char storage[8];
+  store_from_f32(storage, dtype, 0, value);
+  return load_as_f32(storage, dtype, 0);
+}
+
 float load_as_f32(const void* base, DType dtype, size_t i) {
   switch (dtype) {
     case DType::F32: return static_cast<const float*>(base)[i];

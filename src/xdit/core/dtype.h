@@ -55,6 +55,9 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_
 float load_as_f32(const void* base, DType dtype, size_t i);
 void store_from_f32(void* base, DType dtype, size_t i, float value);
 
+// `value` rounded to a floating dtype and back, as a tensor of that dtype would hold it.
+float round_to_dtype(float value, DType dtype);
+
 // Tag types so templates can name the 16- and 8-bit storage types.
 struct bf16_t { uint16_t bits; };
 struct f16_t { uint16_t bits; };

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "xdit/io/atomic_file.h"
 #include "xdit/io/json_config.h"
 
 namespace xdit {
@@ -339,55 +340,6 @@ Tensor TensorMap::tensor(std::string_view name) const {
 
 // ---- writer ----
 
-namespace {
-
-// Removes the temporary file unless the write completed.
-class TempFile {
- public:
-  explicit TempFile(const std::string& target) {
-    const std::filesystem::path p(target);
-    const std::filesystem::path dir = p.parent_path().empty() ? std::filesystem::path(".") : p.parent_path();
-    path_ = (dir / concat_message('.', p.filename().string(), ".tmp-XXXXXX")).string();
-    fd_ = ::mkstemp(path_.data());
-    if (fd_ < 0) fail("cannot write ", target, ": cannot create a temporary file in ", dir.string(), ": ",
-                      std::strerror(errno));
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  void write(const void* data, size_t n, const std::string& target) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t done = ::write(fd_, p, n);
-      if (done < 0 && errno == EINTR) continue;
-      if (done <= 0) fail("cannot write ", target, ": ", std::strerror(errno));
-      p += done;
-      n -= static_cast<size_t>(done);
-    }
-  }
-
-  void commit(const std::string& target) {
-    if (::fchmod(fd_, 0644) != 0 || ::fsync(fd_) != 0) fail("cannot write ", target, ": ", std::strerror(errno));
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0) fail("cannot write ", target, ": ", std::strerror(errno));
-    if (::rename(path_.c_str(), target.c_str()) != 0)
-      fail("cannot write ", target, ": rename failed: ", std::strerror(errno));
-    committed_ = true;
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -422,11 +374,11 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  TempFile out(path);
-  out.write(length, sizeof length, path);
-  out.write(text.data(), text.size(), path);
-  for (const Tensor& t : dense) out.write(t.raw_data(), t.nbytes(), path);
-  out.commit(path);
+  AtomicFile out(path);
+  out.write(length, sizeof length);
+  out.write(text);
+  for (const Tensor& t : dense) out.write(t.raw_data(), t.nbytes());
+  out.commit();
 }
 
 }  // namespace xdit

@@ -2,6 +2,7 @@
 
 #include "xdit/io/diffusers.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -28,6 +29,11 @@ void register_pipeline(PipelineSpec spec) {
   XDIT_CHECK(spec.spatial_multiple >= 1, "register_pipeline: ", spec.pipeline_class, " has spatial_multiple ",
              spec.spatial_multiple);
   XDIT_CHECK(static_cast<bool>(spec.run), "register_pipeline: ", spec.pipeline_class, " has no run function");
+  const std::vector<std::string> known = model_specific_flags();
+  for (const std::string& flag : spec.model_flags) {
+    XDIT_CHECK(std::find(known.begin(), known.end(), flag) != known.end(), "register_pipeline: ",
+               spec.pipeline_class, " lists ", flag, ", which is not a model-specific flag");
+  }
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   const std::string name = spec.pipeline_class;

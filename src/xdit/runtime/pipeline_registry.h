@@ -15,6 +15,8 @@ struct PipelineSpec {
   std::string pipeline_class;  // diffusers _class_name in model_index.json, e.g. "Flux2KleinPipeline"
   int spatial_multiple = 16;   // height and width must be multiples of this
   std::function<void(const RunOptions&)> run;
+  // The model_specific_flags() this pipeline takes; the others are usage errors for it.
+  std::vector<std::string> model_flags;
 };
 
 // Throws Error when the class is already registered or the spec is incomplete.

@@ -135,8 +135,6 @@ const std::vector<UnsupportedUse>& unsupported_uses() {
       {"--memory_efficient_sharding", "", switched_on(&RunOptions::memory_efficient_sharding)},
       {"--memory_efficient_replicated_load", "", switched_on(&RunOptions::memory_efficient_replicated_load)},
       {"--use_fp8_comms", "", switched_on(&RunOptions::use_fp8_comms)},
-      {"--gemm_quantization", "fp8", equal_to(&RunOptions::gemm_quantization, GemmQuantization::Fp8, "fp8")},
-      {"--use_fp8_text_encoder", "", switched_on(&RunOptions::use_fp8_text_encoder)},
       {"--attention_backend", "every value but auto",
        [](const RunOptions& o) -> std::optional<std::string> {
          if (o.attention_backend != "auto") return o.attention_backend;
@@ -156,6 +154,25 @@ const std::vector<UnsupportedUse>& unsupported_uses() {
       {"--enable_sequential_cpu_offload", "", switched_on(&RunOptions::enable_sequential_cpu_offload)},
       {"--device", "cuda", equal_to(&RunOptions::device, DeviceType::CUDA, "cuda")},
       {"--rng", "torch_cuda", equal_to(&RunOptions::rng, NoiseRng::TorchCuda, "torch_cuda")},
+  };
+  return table;
+}
+
+// Flags that only some models take; PipelineSpec::model_flags lists the ones a pipeline takes.
+struct ModelSpecificFlag {
+  std::string_view flag;
+  std::function<bool(const RunOptions&)> given;
+};
+
+const std::vector<ModelSpecificFlag>& model_specific_uses() {
+  static const std::vector<ModelSpecificFlag> table = {
+      {"--negative_prompt", [](const RunOptions& o) { return !o.negative_prompts.empty(); }},
+      {"--num_frames", [](const RunOptions& o) { return o.num_frames.has_value(); }},
+      {"--guidance_scale", [](const RunOptions& o) { return o.guidance_scale.has_value(); }},
+      {"--guidance_scale_2", [](const RunOptions& o) { return o.guidance_scale_2.has_value(); }},
+      {"--true_cfg_scale", [](const RunOptions& o) { return o.true_cfg_scale.has_value(); }},
+      {"--flow_shift", [](const RunOptions& o) { return o.flow_shift.has_value(); }},
+      {"--text_encoder_out_layers", [](const RunOptions& o) { return !o.text_encoder_out_layers.empty(); }},
   };
   return table;
 }
@@ -289,6 +306,8 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::vector<FlagInfo>& infos) {
                  "Shift of the flow-matching sigma schedule");
   flags.optional("--max_sequence_length", o.max_sequence_length, "INT", "model default",
                  "Longest prompt, in text-encoder tokens");
+  flags.list("--text_encoder_out_layers", o.text_encoder_out_layers, "INT", "model default",
+             "Text-encoder hidden states the transformer reads (0 = embeddings), as the diffusers argument");
   flags.converted<uint64_t>("--seed", o.seed, "INT", std::to_string(o.seed), true, seed_from_text,
                             "Seed of the initial noise; a seed gives the same noise as diffusers");
   flags.text("--output_directory", o.output_directory, "PATH", "Where images, videos and timings.json are written");
@@ -498,6 +517,9 @@ void check_inputs(const RunOptions& o) {
   require_at_least("--num_frames", o.num_frames, 1);
   require_at_least("--num_inference_steps", o.num_inference_steps, 1);
   require_at_least("--max_sequence_length", o.max_sequence_length, 1);
+  for (int layer : o.text_encoder_out_layers) {
+    if (layer < 0) reject("--text_encoder_out_layers", layer, "must be 0 or above");
+  }
   require_finite("--guidance_scale", o.guidance_scale);
   require_finite("--guidance_scale_2", o.guidance_scale_2);
   require_finite("--true_cfg_scale", o.true_cfg_scale);
@@ -620,6 +642,12 @@ void validate_run_options(const RunOptions& options) {
   check_vae_tiles(options);
 }
 
+std::vector<std::string> model_specific_flags() {
+  std::vector<std::string> names;
+  for (const ModelSpecificFlag& flag : model_specific_uses()) names.emplace_back(flag.flag);
+  return names;
+}
+
 void validate_for_pipeline(const RunOptions& options, const PipelineSpec& spec) {
   const int multiple = spec.spatial_multiple;
   const auto check = [&](std::string_view flag, const std::optional<int>& value) {
@@ -629,6 +657,12 @@ void validate_for_pipeline(const RunOptions& options, const PipelineSpec& spec) 
   };
   check("--height", options.height);
   check("--width", options.width);
+  for (const ModelSpecificFlag& use : model_specific_uses()) {
+    if (!use.given(options)) continue;
+    if (std::find(spec.model_flags.begin(), spec.model_flags.end(), use.flag) == spec.model_flags.end()) {
+      throw UsageError(concat_message(use.flag, ": ", spec.pipeline_class, " does not take this flag"));
+    }
+  }
 }
 
 void reject_unsupported(const RunOptions& options) {

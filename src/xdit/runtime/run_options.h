@@ -43,6 +43,7 @@ struct RunOptions {
   std::optional<double> true_cfg_scale;
   std::optional<double> flow_shift;
   std::optional<int> max_sequence_length;
+  std::vector<int> text_encoder_out_layers;  // hidden states the text encoder hands on; empty: the model's
   uint64_t seed = 42;
   std::string output_directory = ".";
   int batch_size = 1;
@@ -117,8 +118,13 @@ RunOptions parse_run_options(int argc, const char* const* argv);
 // Checks ranges, pairs and combinations; throws UsageError naming the flag and the value at fault.
 void validate_run_options(const RunOptions& options);
 
-// Checks what depends on the model (the spatial multiple of height and width).
+// Checks what depends on the model: the spatial multiple of height and width, and that every
+// model-specific flag given is one the pipeline takes.
 void validate_for_pipeline(const RunOptions& options, const PipelineSpec& spec);
+
+// The flags only some models take (--num_frames, --true_cfg_scale, ...); a PipelineSpec lists the
+// ones it takes, and the others are refused for it rather than silently ignored.
+std::vector<std::string> model_specific_flags();
 
 // Throws NotSupported naming the first flag whose requested behaviour is not built yet.
 void reject_unsupported(const RunOptions& options);

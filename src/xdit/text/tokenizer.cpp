@@ -170,6 +170,7 @@ struct Tokenizer::Impl {
   bool normalize_nfc = false;
   bool ignore_merges = false;
   std::vector<PreStep> steps;
+  std::vector<int64_t> template_prefix, template_suffix;  // the post-processor's special tokens
   std::array<std::string, 256> byte_symbols;
   std::unordered_map<int32_t, uint8_t> symbol_bytes;
 
@@ -186,7 +187,8 @@ struct Tokenizer::Impl {
   void load_model(const json& model);
   void load_added(const json& list);
   void load_pre_tokenizer(const json& pre, const std::string& field);
-  void check_component(const json& root, std::string_view field) const;
+  void check_decoder(const json& root) const;
+  void load_post_processor(const json& pp, const std::string& field);
 
   std::vector<std::pair<std::string_view, int64_t>> split_added(std::string_view text) const;
   std::vector<int64_t> bpe(const std::string& piece) const;
@@ -307,16 +309,59 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& pre, const std::string& fie
   }
 }
 
-// The decoder and post-processor do nothing to our ids or bytes; accept only the kinds that do not.
-void Tokenizer::Impl::check_component(const json& root, std::string_view field) const {
-  const json& c = member(root, field);
+// The decoder does nothing to our bytes; accept only the kinds that do not.
+void Tokenizer::Impl::check_decoder(const json& root) const {
+  const json& c = member(root, "decoder");
   if (c.is_null()) return;
   const std::string type = c.is_object() ? c.value("type", std::string()) : std::string();
+  if (type != "ByteLevel") fail_field("decoder.type", "has unsupported type " + quote(type));
+}
+
+// ByteLevel only adjusts offsets; TemplateProcessing wraps a single sequence in special tokens;
+// a Sequence applies its processors in order, each wrapping the result of the one before.
+void Tokenizer::Impl::load_post_processor(const json& pp, const std::string& field) {
+  if (pp.is_null()) return;
+  const std::string type = pp.is_object() ? pp.value("type", std::string()) : std::string();
   if (type == "ByteLevel") return;
-  if (field == "post_processor" && type == "TemplateProcessing" && c.contains("single") && c["single"].is_array() &&
-      std::all_of(c["single"].begin(), c["single"].end(), [](const json& e) { return e.contains("Sequence"); }))
-    return;  // a template that adds no special tokens to a single sequence
-  fail_field(std::string(field) + ".type", "has unsupported type " + quote(type));
+  if (type == "Sequence") {
+    const json& list = member(pp, "processors");
+    if (!list.is_array()) fail_field(field + ".processors", "must be an array");
+    for (size_t i = 0; i < list.size(); ++i)
+      load_post_processor(list[i], field + ".processors[" + std::to_string(i) + "]");
+    return;
+  }
+  if (type != "TemplateProcessing") fail_field(field + ".type", "has unsupported type " + quote(type));
+
+  const json& single = member(pp, "single");
+  if (!single.is_array()) fail_field(field + ".single", "must be an array");
+  const json& specials = member(pp, "special_tokens");
+  std::vector<int64_t> before, after;
+  bool seen_sequence = false;
+  for (size_t i = 0; i < single.size(); ++i) {
+    const std::string item = field + ".single[" + std::to_string(i) + "]";
+    const json& e = single[i];
+    if (e.contains("Sequence")) {
+      if (seen_sequence || e["Sequence"].value("id", std::string()) != "A")
+        fail_field(item, "must be the one sequence \"A\" of a single-sequence template");
+      seen_sequence = true;
+      continue;
+    }
+    const std::string name = member(member(e, "SpecialToken"), "id").is_string()
+                                 ? e["SpecialToken"]["id"].get<std::string>()
+                                 : std::string();
+    if (name.empty()) fail_field(item, "must be {\"Sequence\": ...} or {\"SpecialToken\": {\"id\": ...}}");
+    const json& ids = member(member(specials, name), "ids");
+    if (!ids.is_array() || ids.empty()) fail_field(field + ".special_tokens", "has no ids for " + quote(name));
+    for (const json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= static_cast<int64_t>(id_to_token.size()))
+        fail_field(field + ".special_tokens", "gives " + quote(name) + " the unknown id " + id.dump());
+      (seen_sequence ? after : before).push_back(id.get<int64_t>());
+    }
+  }
+  if (!seen_sequence) fail_field(field + ".single", "has no sequence \"A\"");
+  template_prefix.insert(template_prefix.begin(), before.begin(), before.end());
+  template_suffix.insert(template_suffix.end(), after.begin(), after.end());
 }
 
 // Splits `text` into runs of plain text (id -1) and added tokens (their id), leftmost-longest.
@@ -398,6 +443,24 @@ std::vector<int64_t> Tokenizer::Impl::bpe(const std::string& piece) const {
   return ids;
 }
 
+TokenizerConfig TokenizerConfig::load(const std::filesystem::path& path) {
+  const JsonConfig config = JsonConfig::load(path.string());
+  auto token = [&](std::string_view field) -> std::optional<std::string> {
+    if (!config.has(field)) return std::nullopt;
+    const json& value = config.json().at(std::string(field));
+    if (value.is_string()) return value.get<std::string>();
+    if (value.is_object()) return config.get_object(field).get_string("content");  // a serialized AddedToken
+    config.fail_field(field, "must be a string or an object with \"content\", got " + describe_json(value));
+  };
+  auto side = [&](std::string_view field) {
+    std::string value = config.get_string(field, "right");
+    if (value != "left" && value != "right")
+      config.fail_field(field, "is " + quote(value) + "; expected \"left\" or \"right\"");
+    return value;
+  };
+  return {token("bos_token"), token("eos_token"), token("pad_token"), side("padding_side"), side("truncation_side")};
+}
+
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
@@ -434,8 +497,8 @@ void Tokenizer::Impl::load(const json& root) {
   if (std::none_of(steps.begin(), steps.end(), [](const PreStep& s) { return s.byte_level; }))
     fail_field("pre_tokenizer", "has no ByteLevel step");
 
-  check_component(root, "decoder");
-  check_component(root, "post_processor");
+  check_decoder(root);
+  load_post_processor(member(root, "post_processor"), "post_processor");
 
   const auto table = byte_to_code_point();
   for (int b = 0; b < 256; ++b) {
@@ -477,6 +540,33 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, size_t max_length)
   std::vector<int64_t> ids = encode(text);
   if (ids.size() > max_length) ids.resize(max_length);
   return ids;
+}
+
+std::vector<int64_t> Tokenizer::with_special_tokens(std::span<const int64_t> ids) const {
+  std::vector<int64_t> out(impl_->template_prefix);
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.insert(out.end(), impl_->template_suffix.begin(), impl_->template_suffix.end());
+  return out;
+}
+
+PaddedTokens Tokenizer::encode_padded(const std::vector<std::string>& texts, size_t length, int64_t pad_id) const {
+  XDIT_CHECK(length > 0, "tokenizer: the padded length must be > 0");
+  XDIT_CHECK(pad_id >= 0 && pad_id < vocab_size(), impl_->path, ": padding id ", pad_id,
+             " is outside the vocabulary of ", vocab_size());
+  const auto batch = static_cast<int64_t>(texts.size());
+  const auto width = static_cast<int64_t>(length);
+  PaddedTokens out{Tensor::empty({batch, width}, DType::I64), Tensor::zeros({batch, width}, DType::I64), {}};
+  int64_t* ids = out.input_ids.data<int64_t>();
+  int64_t* mask = out.attention_mask.data<int64_t>();
+  std::fill_n(ids, batch * width, pad_id);
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::vector<int64_t> row = encode(texts[static_cast<size_t>(b)]);
+    out.untruncated_tokens.push_back(static_cast<int64_t>(row.size()));
+    const size_t kept = std::min(row.size(), length);
+    std::copy_n(row.begin(), kept, ids + b * width);
+    std::fill_n(mask + b * width, kept, int64_t{1});
+  }
+  return out;
 }
 
 std::string Tokenizer::decode(std::span<const int64_t> ids) const {
