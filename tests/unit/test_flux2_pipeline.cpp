@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -173,6 +174,29 @@ TEST(Flux2Cli, WritesThePngOfTheFixtureImageTwiceIdentically) {
   EXPECT_EQ(fields["steps"], "3");
   EXPECT_EQ(fields["size"], "48x32");
   EXPECT_EQ(fields["dtype"], "f32");
+}
+
+TEST(Flux2Cli, SeveralPromptsInBatches) {
+  const auto single = testing::scratch_folder("flux2_cli_single");
+  const auto batched = testing::scratch_folder("flux2_cli_batched");
+  ASSERT_EQ(testing::run_xdit(klein_command(single, "--quiet")).exit_code, 0);
+  const testing::ProcessResult run =
+      testing::run_xdit(klein_command(batched, "--quiet --prompt 'a cat' --batch_size 2"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, (batched / "fox_0.png").string() + "\n" + (batched / "fox_1.png").string() + "\n");
+  PngText text;
+  read_png((batched / "fox_1.png").string(), &text);
+  const std::map<std::string, std::string> fields(text.begin(), text.end());
+  EXPECT_EQ(fields.at("prompt"), "a cat");
+  // One generator draws the noise of the whole batch, as diffusers does: the first image is the
+  // single run's (the batched GEMMs may round differently), the second one differs.
+  const auto as_tensor = [](const RgbImage& image) {
+    std::vector<float> values(image.pixels.begin(), image.pixels.end());
+    return Tensor::from_floats(values, {image.height, image.width, 3});
+  };
+  const Tensor alone = as_tensor(read_png((single / "fox.png").string()));
+  EXPECT_GE(testing::psnr(as_tensor(read_png((batched / "fox_0.png").string())), alone, 255.0), 45.0);
+  EXPECT_LT(testing::psnr(as_tensor(read_png((batched / "fox_1.png").string())), alone, 255.0), 30.0);
 }
 
 TEST(Flux2Cli, BenchmarkModeWritesTimings) {

@@ -2,6 +2,8 @@
 // file object, the exact byte layout, atomic writes, sharded checkpoints and in-memory sources.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -89,6 +91,33 @@ TEST(safetensors, TensorsAreZeroCopyAndOutliveTheFile) {
     EXPECT_EQ(view.raw_data(), again.raw_data()) << "both views point into the one mapping";
   }
   EXPECT_EQ(view.to_floats(), w.to_floats()) << "the mapping stays alive while a view exists";
+}
+
+// Resident bytes of this process, from /proc/self/statm.
+int64_t resident_bytes() {
+  const std::string statm = xt::read_text("/proc/self/statm");
+  const int64_t pages = std::stoll(statm.substr(statm.find(' ') + 1));
+  return pages * ::sysconf(_SC_PAGESIZE);
+}
+
+TEST(safetensors, DroppedPagesLeaveMemoryAndReadBackUnchanged) {
+  const fs::path dir = xt::scratch_folder("safetensors_DroppedPages");
+  const std::string path = (dir / "w.safetensors").string();
+  const Tensor w = xt::random_tensor({1024, 8192}, DType::F32, 11);  // 32 MiB
+  write_safetensors(path, {{"w", w}});
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  const Tensor view = file.tensor("w");
+  const std::vector<float> expected = w.to_floats();
+  EXPECT_EQ(view.to_floats(), expected);  // touches every page of the view
+  const int64_t touched = resident_bytes();
+  drop_file_pages(view);
+  const int64_t dropped = resident_bytes();
+  EXPECT_GT(touched - dropped, int64_t{24} << 20) << "the view's pages should leave the resident set";
+  EXPECT_EQ(view.to_floats(), expected) << "dropped pages read back from the file";
+
+  const Tensor owned = w.contiguous();
+  drop_file_pages(owned);  // not a file view: nothing happens
+  EXPECT_EQ(owned.to_floats(), expected);
 }
 
 TEST(safetensors, WritesNonContiguousTensorsContiguously) {

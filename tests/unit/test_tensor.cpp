@@ -189,6 +189,28 @@ TEST(Allocator, CachingAllocatorReusesFreedBlocks) {
   EXPECT_EQ(CachingAllocator::round_size((size_t{3} << 20) + 1), size_t{4} << 20);
 }
 
+TEST(Allocator, LargeRequestsReuseBlocksUpToTwiceTheirSize) {
+  CachingAllocator& alloc = CachingAllocator::instance();
+  alloc.empty_cache();
+  void* eight;
+  {
+    auto block = alloc.allocate(size_t{8} << 20);
+    eight = block.get();
+  }
+  EXPECT_EQ(alloc.stats().bytes_cached, size_t{8} << 20);
+  {
+    auto ten = alloc.allocate(size_t{10} << 20);  // the cached 8 MiB block is too small
+    EXPECT_NE(ten.get(), eight);
+  }
+  auto five = alloc.allocate(size_t{5} << 20);  // best fit: the 8 MiB block, not the 10 MiB one
+  EXPECT_EQ(five.get(), eight);
+  auto three = alloc.allocate(size_t{3} << 20);  // 10 MiB is more than twice 4 MiB: a new block
+  EXPECT_EQ(alloc.stats().bytes_cached, size_t{10} << 20);
+  auto small = alloc.allocate(100);  // small requests only reuse their own size class
+  alloc.empty_cache();
+  EXPECT_EQ(alloc.stats().bytes_cached, 0u);
+}
+
 TEST(Allocator, StepArenaServesTensorsInScopeAndRefusesResetWhileAlive) {
   StepArena arena(1 << 16);
   {

@@ -1,5 +1,7 @@
 #include "xdit/core/allocator.h"
 
+#include <sys/mman.h>
+
 #include <bit>
 #include <cstdlib>
 
@@ -16,10 +18,26 @@ constexpr size_t kLargeGranularity = size_t{2} << 20;
 
 thread_local StepArena* current_arena = nullptr;
 
-void* aligned_host_alloc(size_t bytes) {
-  void* p = std::aligned_alloc(kHostAlignment, bytes);
-  if (p == nullptr) fail("out of host memory allocating ", bytes, " bytes");
+// Large blocks are mapped directly, so empty_cache() gives them back to the system: glibc keeps
+// freed heap blocks below its dynamic mmap threshold (up to 32 MiB), and the activations of one
+// stage would otherwise stay resident through the next.
+void* aligned_host_alloc(size_t rounded) {
+  if (rounded >= kLargeBlock) {
+    void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("out of host memory allocating ", rounded, " bytes");
+    return p;
+  }
+  void* p = std::aligned_alloc(kHostAlignment, rounded);
+  if (p == nullptr) fail("out of host memory allocating ", rounded, " bytes");
   return p;
+}
+
+void free_host(void* p, size_t rounded) {
+  if (rounded >= kLargeBlock) {
+    ::munmap(p, rounded);
+  } else {
+    std::free(p);
+  }
 }
 
 }  // namespace
@@ -39,37 +57,42 @@ size_t CachingAllocator::round_size(size_t bytes) {
 
 std::shared_ptr<void> CachingAllocator::allocate(size_t bytes) {
   const size_t rounded = round_size(bytes);
+  size_t block = rounded;
   void* ptr = nullptr;
   {
     std::lock_guard lock(mutex_);
     ++stats_.allocations;
-    auto it = free_blocks_.find(rounded);
-    if (it != free_blocks_.end() && !it->second.empty()) {
+    // A large request may take a cached block of up to twice its size: a stage's activations
+    // come in many sizes, and reusing only exact sizes would keep a block of every one of them.
+    const auto it = free_blocks_.lower_bound(rounded);
+    if (it != free_blocks_.end() && (it->first == rounded || (rounded >= kLargeBlock && it->first <= 2 * rounded))) {
+      block = it->first;
       ptr = it->second.back();
       it->second.pop_back();
-      stats_.bytes_cached -= rounded;
+      if (it->second.empty()) free_blocks_.erase(it);
+      stats_.bytes_cached -= block;
       ++stats_.cache_hits;
     }
-    stats_.bytes_in_use += rounded;
+    stats_.bytes_in_use += block;
     stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   }
   if (ptr == nullptr) {
     try {
-      ptr = aligned_host_alloc(rounded);
+      ptr = aligned_host_alloc(block);
     } catch (...) {
       std::lock_guard lock(mutex_);
-      stats_.bytes_in_use -= rounded;
+      stats_.bytes_in_use -= block;
       throw;
     }
   }
-  return std::shared_ptr<void>(ptr, [this, rounded](void* p) { release(p, rounded); });
+  return std::shared_ptr<void>(ptr, [this, block](void* p) { release(p, block); });
 }
 
 void CachingAllocator::release(void* ptr, size_t rounded) {
   std::lock_guard lock(mutex_);
   stats_.bytes_in_use -= rounded;
   if (stats_.bytes_cached + rounded > kMaxCachedBytes) {
-    std::free(ptr);
+    free_host(ptr, rounded);
     return;
   }
   free_blocks_[rounded].push_back(ptr);
@@ -79,7 +102,7 @@ void CachingAllocator::release(void* ptr, size_t rounded) {
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
   for (auto& [size, blocks] : free_blocks_) {
-    for (void* p : blocks) std::free(p);
+    for (void* p : blocks) free_host(p, size);
   }
   free_blocks_.clear();
   stats_.bytes_cached = 0;

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 namespace xdit {
@@ -39,7 +39,7 @@ class CachingAllocator {
   void release(void* ptr, size_t rounded);
 
   mutable std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks_;
+  std::map<size_t, std::vector<void*>> free_blocks_;  // ordered: large requests take the best fit
   AllocatorStats stats_;
 };
 

@@ -38,6 +38,8 @@ struct Storage {
   size_t nbytes = 0;
   Device device;
   std::shared_ptr<void> owner;
+  // A read-only view of a mapped file: its pages can be dropped from memory and read again.
+  bool file_mapping = false;
 };
 
 class Tensor {

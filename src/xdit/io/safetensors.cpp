@@ -238,7 +238,22 @@ Tensor SafetensorsFile::tensor(std::string_view name) const {
     return copy;
   }
   // The mapping is read-only; Tensor has no const storage, so the constness is dropped here.
-  return Tensor::from_blob(const_cast<std::byte*>(data), ti.shape, ti.dtype, owner_);
+  Tensor view = Tensor::from_blob(const_cast<std::byte*>(data), ti.shape, ti.dtype, owner_);
+  view.storage()->file_mapping = true;
+  return view;
+}
+
+void drop_file_pages(const Tensor& view) {
+  if (!view.defined() || !view.storage()->file_mapping) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(view.storage()->data);
+  const uintptr_t end = begin + view.storage()->nbytes;
+  // Only whole pages inside the view: the pages it shares with its neighbours stay.
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = end / page * page;
+  // MADV_DONTNEED on a private read-only file mapping only forgets the pages; they read back
+  // from the file unchanged.
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 // ---- ShardedSafetensors ----

@@ -145,6 +145,11 @@ class TensorMap final : public TensorSource {
   std::map<std::string, Entry, std::less<>> entries_;
 };
 
+// After a weight was converted or quantized from a checkpoint view, drops the pages of that view
+// from the process's memory, so the copy does not double the resident weights. A later read of
+// the view maps the pages in again. Does nothing for tensors that are not views of a mapped file.
+void drop_file_pages(const Tensor& view);
+
 // Writes tensors in the given order (header and data alike) with optional metadata. Writes a
 // temporary file in the same directory and renames it over `path`, so `path` is never left
 // half-written. Tensors may be non-contiguous views; they must be CPU tensors.

@@ -116,7 +116,11 @@ void WeightBinder::finish() {
   for (const ParamSpec& p : s.params) {
     if (!source.contains(p.name)) continue;
     Tensor t = source.tensor(p.name);
-    if (s.options.convert_to && is_floating(t.dtype())) t = t.to(*s.options.convert_to);
+    if (s.options.convert_to && is_floating(t.dtype()) && t.dtype() != *s.options.convert_to) {
+      const Tensor stored = t;
+      t = t.to(*s.options.convert_to);
+      drop_file_pages(stored);
+    }
     *p.target = std::move(t);
   }
   s.finished = true;

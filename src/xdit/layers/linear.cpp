@@ -3,6 +3,7 @@
 #include <string>
 
 #include "xdit/core/error.h"
+#include "xdit/io/safetensors.h"
 #include "xdit/ops/ops.h"
 
 namespace xdit {
@@ -22,6 +23,7 @@ void Linear::quantize_fp8() {
   XDIT_CHECK(weight.defined(), "Linear::quantize_fp8: the weight is not bound");
   if (weight.dtype() == DType::F8E4M3 || weight.dtype() == DType::F8E5M2) return;
   ops::Fp8Weight q = ops::quantize_fp8_per_channel(weight);
+  drop_file_pages(weight);  // the checkpoint's copy would otherwise stay resident beside the FP8 one
   weight = q.data;
   weight_scale = q.scale;
 }

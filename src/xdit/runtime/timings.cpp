@@ -35,7 +35,11 @@ void write_timings_json(const std::string& folder, int warmup_calls, const CallT
                           {"denoise_s", call.denoise_s},
                           {"step_s", call.step_s},
                           {"vae_decode_s", call.vae_decode_s},
-                          {"total_s", call.total_s}});
+                          {"total_s", call.total_s},
+                          {"peak_rss_bytes_after",
+                           {{"text_encode", call.peak_rss_after_text_encode},
+                            {"denoise", call.peak_rss_after_denoise},
+                            {"vae_decode", call.peak_rss_after_vae_decode}}}});
     load.push_back(call.load_s);
     text.push_back(call.text_encode_s);
     denoise.push_back(call.denoise_s);

@@ -16,6 +16,11 @@ struct CallTimings {
   std::vector<double> step_s; // each denoising step
   double vae_decode_s = 0;
   double total_s = 0;         // the whole call, load included
+  // The process's peak resident bytes so far, read at the end of each stage: where it rises
+  // tells which stage sets the peak.
+  int64_t peak_rss_after_text_encode = 0;
+  int64_t peak_rss_after_denoise = 0;
+  int64_t peak_rss_after_vae_decode = 0;
 };
 
 class StopWatch {

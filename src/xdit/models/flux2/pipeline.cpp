@@ -4,6 +4,7 @@
 #include <memory>
 #include <utility>
 
+#include "xdit/core/allocator.h"
 #include "xdit/core/error.h"
 #include "xdit/models/flux2/latents.h"
 #include "xdit/models/flux2/position_ids.h"
@@ -133,7 +134,9 @@ Pipeline::Result Pipeline::generate(const std::vector<std::string>& prompts,
       negative = text.encode(negative_prompts.empty() ? std::vector<std::string>(prompts.size()) : negative_prompts);
     }
     timings.text_encode_s = watch.seconds();
+    timings.peak_rss_after_text_encode = peak_rss_bytes();
   }
+  CachingAllocator::instance().empty_cache();  // the encoder's activations, before the transformer loads
 
   // 2. Denoising.
   const LatentGrid grid{s.height / multiple, s.width / multiple};
@@ -193,7 +196,9 @@ Pipeline::Result Pipeline::generate(const std::vector<std::string>& prompts,
       progress.step(i + 1, steps);
     }
     timings.denoise_s = watch.seconds();
+    timings.peak_rss_after_denoise = peak_rss_bytes();
   }
+  CachingAllocator::instance().empty_cache();
 
   // 3. VAE decode.
   {
@@ -209,7 +214,9 @@ Pipeline::Result Pipeline::generate(const std::vector<std::string>& prompts,
                                     vae.config().batch_norm_eps);
     result.images = vae::to_unit_image(vae.decode(unpatchify_latents(latent)));
     timings.vae_decode_s = watch.seconds();
+    timings.peak_rss_after_vae_decode = peak_rss_bytes();
   }
+  CachingAllocator::instance().empty_cache();
   timings.total_s = call_watch.seconds();
   return result;
 }
