@@ -367,8 +367,8 @@ const Words kContractFlags = {
     "--vae_tile_overlap_height", "--vae_tile_overlap_width", "--enable_model_cpu_offload",
     "--enable_group_cpu_offload", "--enable_sequential_cpu_offload", "--device", "--dtype", "--rng", "--output_name",
     "--quiet",
-    // Ours beyond DESIGN.md section 1: the diffusers FLUX.2 pipeline argument of the same name.
-    "--text_encoder_out_layers"};
+    // Ours beyond DESIGN.md section 1: diffusers pipeline arguments of the same names (FLUX.2, Z-Image).
+    "--text_encoder_out_layers", "--cfg_normalization", "--cfg_truncation"};
 
 TEST(CliHelp, FlagSetIsTheContract) {
   const Words names = xdit::all_flag_names();
@@ -514,7 +514,8 @@ TEST_F(PipelineRegistryTest, ModelSpecificFlagsMustBeOnesThePipelineTakes) {
   const std::string model = model_folder("model_flags", index_for(kTestPipeline));
   for (const Words& flag : {Words{"--num_frames", "81"}, Words{"--true_cfg_scale", "4"},
                             Words{"--guidance_scale_2", "3"}, Words{"--flow_shift", "5"},
-                            Words{"--text_encoder_out_layers", "1", "2"}}) {
+                            Words{"--text_encoder_out_layers", "1", "2"}, Words{"--cfg_normalization", "1"},
+                            Words{"--cfg_truncation", "0.9"}}) {
     Words args = {"--model", model};
     args.insert(args.end(), flag.begin(), flag.end());
     expect_error<xdit::UsageError>([&] { xdit::run_generation(options_of(args)); },
@@ -529,7 +530,7 @@ TEST_F(PipelineRegistryTest, ModelSpecificFlagsMustBeOnesThePipelineTakes) {
   expect_error<xdit::Error>(
       [] { xdit::register_pipeline({"XditCliBadFlags", 16, [](const RunOptions&) {}, {"--seed"}}); },
       {"XditCliBadFlags", "--seed", "not a model-specific flag"});
-  EXPECT_EQ(xdit::model_specific_flags().size(), 7u);
+  EXPECT_EQ(xdit::model_specific_flags().size(), 9u);
 }
 
 TEST(CliFlags, TextEncoderOutLayersAreListed) {
@@ -537,6 +538,8 @@ TEST(CliFlags, TextEncoderOutLayersAreListed) {
             (std::vector<int>{9, 18, 27}));
   expect_error<xdit::UsageError>([] { parse({"--text-encoder-out-layers", "-1"}); },
                                  {"--text_encoder_out_layers -1", "0 or above"});
+  expect_error<xdit::UsageError>([] { parse({"--cfg-normalization", "-1"}); }, {"--cfg_normalization -1"});
+  EXPECT_EQ(options_of({"--cfg_truncation", "0.9"}).cfg_truncation, 0.9);
 }
 
 TEST_F(PipelineRegistryTest, UnsupportedFlagsAreRejectedBeforeTheModelIsRead) {

@@ -171,6 +171,8 @@ const std::vector<ModelSpecificFlag>& model_specific_uses() {
       {"--guidance_scale", [](const RunOptions& o) { return o.guidance_scale.has_value(); }},
       {"--guidance_scale_2", [](const RunOptions& o) { return o.guidance_scale_2.has_value(); }},
       {"--true_cfg_scale", [](const RunOptions& o) { return o.true_cfg_scale.has_value(); }},
+      {"--cfg_normalization", [](const RunOptions& o) { return o.cfg_normalization.has_value(); }},
+      {"--cfg_truncation", [](const RunOptions& o) { return o.cfg_truncation.has_value(); }},
       {"--flow_shift", [](const RunOptions& o) { return o.flow_shift.has_value(); }},
       {"--text_encoder_out_layers", [](const RunOptions& o) { return !o.text_encoder_out_layers.empty(); }},
   };
@@ -302,6 +304,11 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::vector<FlagInfo>& infos) {
                  "Guidance scale of the second, low-noise transformer (models with two, e.g. Wan 2.2)");
   flags.optional("--true_cfg_scale", o.true_cfg_scale, "FLOAT", "model default",
                  "True classifier-free guidance scale (models that have it, e.g. Qwen-Image)");
+  flags.optional("--cfg_normalization", o.cfg_normalization, "FLOAT", "off",
+                 "CFG renormalisation (Z-Image): cap the guided prediction's norm at FLOAT times the "
+                 "conditional one's; 0 is off");
+  flags.optional("--cfg_truncation", o.cfg_truncation, "FLOAT", "1.0",
+                 "CFG truncation (Z-Image): skip CFG at steps where 1 - sigma exceeds FLOAT");
   flags.optional("--flow_shift", o.flow_shift, "FLOAT", "model default",
                  "Shift of the flow-matching sigma schedule");
   flags.optional("--max_sequence_length", o.max_sequence_length, "INT", "model default",
@@ -523,6 +530,11 @@ void check_inputs(const RunOptions& o) {
   require_finite("--guidance_scale", o.guidance_scale);
   require_finite("--guidance_scale_2", o.guidance_scale_2);
   require_finite("--true_cfg_scale", o.true_cfg_scale);
+  require_finite("--cfg_normalization", o.cfg_normalization);
+  require_finite("--cfg_truncation", o.cfg_truncation);
+  if (o.cfg_normalization && *o.cfg_normalization < 0) {
+    reject("--cfg_normalization", *o.cfg_normalization, "must be 0 or above");
+  }
   require_finite("--flow_shift", o.flow_shift);
   if (o.flow_shift && *o.flow_shift <= 0) reject("--flow_shift", *o.flow_shift, "must be above 0");
   require_at_least("--batch_size", o.batch_size, 1);

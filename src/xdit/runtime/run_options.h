@@ -41,6 +41,8 @@ struct RunOptions {
   std::optional<double> guidance_scale;
   std::optional<double> guidance_scale_2;
   std::optional<double> true_cfg_scale;
+  std::optional<double> cfg_normalization;  // Z-Image: cap |guided| at this times |conditional|
+  std::optional<double> cfg_truncation;     // Z-Image: no CFG once (1 - sigma) exceeds this
   std::optional<double> flow_shift;
   std::optional<int> max_sequence_length;
   std::vector<int> text_encoder_out_layers;  // hidden states the text encoder hands on; empty: the model's

@@ -247,6 +247,31 @@ Tensor SingleTransformerBlock::forward(const Tensor& hidden_states, const Modula
   return ops::gated_residual(hidden_states, out, mod.gate);
 }
 
+Tensor SingleTransformerBlock::forward_image_rows(const Tensor& hidden_states, int64_t text_tokens,
+                                                  const ModulationParams& mod, const ops::RopeTable& rope) const {
+  const int64_t batch = hidden_states.size(0), n_img = hidden_states.size(1) - text_tokens, d = shape.dim;
+  auto heads = [&](const Tensor& x) { return x.view({batch, x.size(1), shape.heads, shape.head_dim}); };
+
+  const Tensor norm = norm_modulate(hidden_states, mod.shift, mod.scale, shape.eps);
+  // Rows d..3d of the fused projection are the keys and values.
+  const Linear& fused = attn.to_qkv_mlp_proj;
+  const Linear text_kv{fused.weight.narrow(0, d, 2 * d), {},
+                       fused.weight_scale.defined() ? fused.weight_scale.narrow(0, d, 2 * d) : Tensor{}};
+  const std::vector<Tensor> txt = text_kv(norm.narrow(1, 0, text_tokens)).split({d, d}, -1);
+  const std::vector<Tensor> img =
+      fused(norm.narrow(1, text_tokens, n_img)).split({d, d, d, 2 * shape.mlp_hidden_dim}, -1);
+
+  const ops::RopeTable image_rope{rope.cos.narrow(0, text_tokens, n_img), rope.sin.narrow(0, text_tokens, n_img)};
+  const Tensor query =
+      ops::apply_rope(ops::rms_norm(heads(img[0]), attn.norm_q, shape.eps), image_rope, RopeStyle::Interleaved);
+  const Tensor key = ops::apply_rope(ops::rms_norm(heads(ops::concat({txt[0], img[1]}, 1)), attn.norm_k, shape.eps),
+                                     rope, RopeStyle::Interleaved);
+  const Tensor value = heads(ops::concat({txt[1], img[2]}, 1));
+  const Tensor attention = ops::attention(query, key, value).out.view({batch, n_img, d});
+  const Tensor out = attn.to_out(ops::concat({attention, ops::swiglu(img[3])}, -1));
+  return ops::gated_residual(hidden_states.narrow(1, text_tokens, n_img), out, mod.gate);
+}
+
 // ---- Model
 
 Transformer Transformer::load(const TensorSource& weights, const JsonConfig& config,
@@ -386,14 +411,18 @@ Tensor Transformer::forward(const Tensor& hidden_states, const Tensor& encoder_h
     std::tie(txt, img) = block.forward(img, txt, cond.img, cond.txt, rope);
 
   Tensor joint = ops::concat({txt, img}, 1);
-  for (const SingleTransformerBlock& block : single_transformer_blocks_)
-    joint = block.forward(joint, cond.single, rope);
+  if (single_transformer_blocks_.empty()) {
+    img = joint.narrow(1, n_txt, n_img);
+  } else {
+    for (size_t i = 0; i + 1 < single_transformer_blocks_.size(); ++i)
+      joint = single_transformer_blocks_[i].forward(joint, cond.single, rope);
+    img = single_transformer_blocks_.back().forward_image_rows(joint, n_txt, cond.single, rope);
+  }
 
   // norm_out (AdaLayerNormContinuous): chunk order scale, shift.
   const int64_t d = c.inner_dim();
   const Tensor emb = norm_out_linear_(ops::silu(cond.temb)).view({batch, 1, 2 * d});
-  const Tensor out =
-      norm_modulate(joint.narrow(1, n_txt, n_img), chunk_of(emb, 1, d), chunk_of(emb, 0, d), static_cast<float>(c.eps));
+  const Tensor out = norm_modulate(img, chunk_of(emb, 1, d), chunk_of(emb, 0, d), static_cast<float>(c.eps));
   return proj_out_(out);
 }
 

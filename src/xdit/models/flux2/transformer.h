@@ -131,6 +131,11 @@ struct SingleTransformerBlock {
   void quantize_fp8();
   // hidden_states [B, N_txt + N_img, D] (text first); rope covers the same tokens.
   Tensor forward(const Tensor& hidden_states, const ModulationParams& mod, const ops::RopeTable& rope) const;
+  // The same block when only the image rows of its output are used (the last block: the model
+  // drops the text rows after it). The text rows then contribute keys and values only, which
+  // skips their queries, MLP and output projection. Returns [B, N_img, D].
+  Tensor forward_image_rows(const Tensor& hidden_states, int64_t text_tokens, const ModulationParams& mod,
+                            const ops::RopeTable& rope) const;
 };
 
 // The per-forward conditioning: temb and the global modulation derived from it.
