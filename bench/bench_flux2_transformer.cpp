@@ -46,22 +46,6 @@ double block_gflop() {
   return (2.0 * 13.0 * d * d * s + 4.0 * s * s * d) * 1e-9;
 }
 
-// Uniform bf16 weights of variance 1/fan_in (so activations keep their scale through the blocks),
-// written directly as bf16: the slice has 0.56 billion of them.
-Tensor random_weight(const Shape& shape, uint32_t seed) {
-  const float step = 2.0f * std::sqrt(3.0f / static_cast<float>(shape.back())) / 16777216.0f;
-  const float bound = 8388608.0f * step;
-  Tensor weight = Tensor::empty(shape, DType::BF16);
-  uint16_t* out = weight.data<uint16_t>();
-  uint32_t state = seed * 2654435761u + 1u;
-  const int64_t count = weight.numel();
-  for (int64_t i = 0; i < count; ++i) {
-    state = state * 1664525u + 1013904223u;
-    out[i] = f32_to_bf16(static_cast<float>(state >> 8) * step - bound);
-  }
-  return weight;
-}
-
 struct Klein4BSlice {
   flux2::Transformer model;
   flux2::Conditioning cond;
@@ -74,7 +58,7 @@ struct Klein4BSlice {
     const flux2::TransformerConfig c = flux2::TransformerConfig::from_json(config);
     TensorMap weights("random klein-4B slice");
     uint32_t seed = 1;
-    auto add = [&](const std::string& name, const Shape& shape) { weights.add(name, random_weight(shape, seed++)); };
+    auto add = [&](const std::string& name, const Shape& shape) { weights.add(name, bench::random_weight(shape, seed++)); };
     auto add_norm = [&](const std::string& name) { weights.add(name, Tensor::full({kHeadDim}, 1.0f, DType::BF16)); };
     add("time_guidance_embed.timestep_embedder.linear_1.weight", {kDim, c.timestep_guidance_channels});
     add("time_guidance_embed.timestep_embedder.linear_2.weight", {kDim, kDim});

@@ -3,6 +3,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -22,6 +23,22 @@ inline Tensor random_input(const Shape& shape, DType dtype, uint32_t seed) {
     v = static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;
   }
   return Tensor::from_floats(data, shape, dtype);
+}
+
+// Uniform bf16 weights of variance 1/fan_in (so activations keep their scale through a model's
+// blocks), written directly as bf16: the full-width model slices hold billions of them.
+inline Tensor random_weight(const Shape& shape, uint32_t seed) {
+  const float step = 2.0f * std::sqrt(3.0f / static_cast<float>(shape.back())) / 16777216.0f;
+  const float bound = 8388608.0f * step;
+  Tensor weight = Tensor::empty(shape, DType::BF16);
+  uint16_t* out = weight.data<uint16_t>();
+  uint32_t state = seed * 2654435761u + 1u;
+  const int64_t count = weight.numel();
+  for (int64_t i = 0; i < count; ++i) {
+    state = state * 1664525u + 1013904223u;
+    out[i] = f32_to_bf16(static_cast<float>(state >> 8) * step - bound);
+  }
+  return weight;
 }
 
 // Uniform values in [lo, hi) from std::mt19937 seeded with 7 (the same values for every call).

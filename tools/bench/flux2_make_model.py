@@ -22,15 +22,12 @@ With only --encoder-layers layers the pipeline's default text-encoder taps (9, 1
 call Flux2KleinPipeline with text_encoder_out_layers=(1, 2, 3) (the xdit CLI takes
 --text_encoder_out_layers 1,2,3). The chosen taps are also written to OUT_DIR/bench_info.json.
 """
+import bench_common as bc  # first: it starts the clock and sets up the shared helpers
+
 import argparse
-import json
 import os
-import shutil
 import sys
 import time
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-TINY = os.path.join(ROOT, "tests", "fixtures", "models", "flux2-klein-tiny")
 
 
 def transformer_config(num_double, num_single):
@@ -74,70 +71,6 @@ def vae_config():
     )
 
 
-def qwen3_config(num_layers):
-    from transformers import Qwen3Config
-
-    return Qwen3Config(
-        vocab_size=151936,
-        hidden_size=2560,
-        intermediate_size=9728,
-        num_hidden_layers=num_layers,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        hidden_act="silu",
-        max_position_embeddings=40960,
-        rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
-        attention_bias=False,
-        attention_dropout=0.0,
-        tie_word_embeddings=True,
-        use_cache=True,
-        use_sliding_window=False,
-        sliding_window=None,
-        max_window_layers=num_layers,
-        layer_types=["full_attention"] * num_layers,
-        architectures=["Qwen3ForCausalLM"],
-    )
-
-
-def random_state(model, gen):
-    """Deterministic bf16 tensors for every persistent entry of model.state_dict() (in name order)."""
-    import torch
-
-    out = {}
-    for name, ref in sorted(model.state_dict().items()):
-        shape = tuple(ref.shape)
-        if not ref.dtype.is_floating_point:  # e.g. BatchNorm's num_batches_tracked
-            out[name] = torch.zeros(shape, dtype=ref.dtype)
-            continue
-        t = torch.empty(shape, dtype=torch.bfloat16)
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf == "running_mean":
-            t.normal_(0.0, 0.05, generator=gen)
-        elif leaf == "running_var":
-            t.copy_(1.0 + 0.1 * torch.randn(shape, generator=gen).abs())
-        elif leaf == "bias":
-            t.zero_()
-        elif len(shape) >= 2:  # linear, conv, embedding
-            t.normal_(0.0, 0.02, generator=gen)
-        else:  # RMSNorm / GroupNorm / LayerNorm weights
-            t.fill_(1.0)
-        out[name] = t
-    return out
-
-
-def build(model_cls_factory, gen):
-    """Build a model on the meta device (no init cost), then assign deterministic random weights."""
-    import torch
-
-    with torch.device("meta"):
-        model = model_cls_factory()
-    state = random_state(model, gen)
-    model.load_state_dict(state, strict=True, assign=True)
-    return model.to(torch.bfloat16)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -151,78 +84,46 @@ def main():
         sys.exit("--encoder-layers must be >= 3 (the pipeline taps three hidden states)")
 
     import torch
-    from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
+    from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel
     from transformers import Qwen3ForCausalLM
 
     t0 = time.perf_counter()
     out = os.path.abspath(args.out_dir)
     os.makedirs(out, exist_ok=True)
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)  # one stream, in this order: transformer, text encoder, VAE
+    params = {}
 
-    # Transformer.
     tcfg = transformer_config(args.double, args.single)
-    transformer = build(lambda: Flux2Transformer2DModel(**tcfg), gen)
-    transformer.save_pretrained(os.path.join(out, "transformer"), safe_serialization=True)
-    n_transformer = sum(p.numel() for p in transformer.parameters())
-    del transformer
+    params["transformer"] = bc.save_component(bc.build(lambda: Flux2Transformer2DModel(**tcfg), gen), out, "transformer")
 
     # Text encoder (tied embeddings: lm_head shares embed_tokens).
-    qcfg = qwen3_config(args.encoder_layers)
-    text_encoder = build(lambda: Qwen3ForCausalLM(qcfg), gen)
+    qcfg = bc.qwen3_config(args.encoder_layers, "Qwen3ForCausalLM")
+    text_encoder = bc.build(lambda: Qwen3ForCausalLM(qcfg), gen)
     text_encoder.tie_weights()
     assert text_encoder.lm_head.weight.data_ptr() == text_encoder.model.embed_tokens.weight.data_ptr()
-    # Non-persistent buffers (RoPE inv_freq) are still on the meta device; they are not saved and
-    # from_pretrained recomputes them.
-    text_encoder.config.dtype = torch.bfloat16
-    text_encoder.save_pretrained(os.path.join(out, "text_encoder"), safe_serialization=True)
-    n_text = sum(p.numel() for p in text_encoder.parameters())
+    params["text_encoder"] = bc.save_component(text_encoder, out, "text_encoder")
     del text_encoder
 
-    # VAE.
-    vae = build(lambda: AutoencoderKLFlux2(**vae_config()), gen)
-    vae.save_pretrained(os.path.join(out, "vae"), safe_serialization=True)
-    n_vae = sum(p.numel() for p in vae.parameters())
-    del vae
+    params["vae"] = bc.save_component(bc.build(lambda: AutoencoderKLFlux2(**vae_config()), gen), out, "vae")
 
-    # Tokenizer and scheduler from the tiny fixture.
-    for sub in ("tokenizer", "scheduler"):
-        dst = os.path.join(out, sub)
-        shutil.rmtree(dst, ignore_errors=True)
-        shutil.copytree(os.path.join(TINY, sub), dst)
-    FlowMatchEulerDiscreteScheduler.from_pretrained(os.path.join(out, "scheduler"))  # sanity
-
-    import diffusers
-
-    model_index = {
-        "_class_name": "Flux2KleinPipeline",
-        "_diffusers_version": diffusers.__version__,
+    bc.copy_fixture("flux2-klein-tiny", out, ("tokenizer", "scheduler"))
+    taps = [1, 2, 3] if args.encoder_layers < 27 else [9, 18, 27]
+    bc.finish_model(out, t0, "Flux2KleinPipeline", {
         "is_distilled": True,
         "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
         "text_encoder": ["transformers", "Qwen3ForCausalLM"],
         "tokenizer": ["transformers", "Qwen2Tokenizer"],
         "transformer": ["diffusers", "Flux2Transformer2DModel"],
         "vae": ["diffusers", "AutoencoderKLFlux2"],
-    }
-    with open(os.path.join(out, "model_index.json"), "w") as f:
-        json.dump(model_index, f, indent=2)
-        f.write("\n")
-    taps = [1, 2, 3] if args.encoder_layers < 27 else [9, 18, 27]
-    info = {
+    }, {
         "generator": "tools/bench/flux2_make_model.py",
         "seed": args.seed,
         "double_blocks": args.double,
         "single_blocks": args.single,
         "encoder_layers": args.encoder_layers,
         "text_encoder_out_layers": taps,
-        "params": {"transformer": n_transformer, "text_encoder": n_text, "vae": n_vae},
-    }
-    with open(os.path.join(out, "bench_info.json"), "w") as f:
-        json.dump(info, f, indent=2)
-        f.write("\n")
-
-    size = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(out) for n in ns)
-    print(f"wrote {out}: {size / 1e9:.2f} GB on disk, params transformer {n_transformer / 1e6:.0f}M, "
-          f"text encoder {n_text / 1e6:.0f}M, vae {n_vae / 1e6:.1f}M ({time.perf_counter() - t0:.1f} s)")
+        "params": params,
+    })
 
     if not args.no_check:
         from diffusers import Flux2KleinPipeline

@@ -212,6 +212,16 @@ void JsonConfig::fail_field(std::string_view field, std::string_view problem) co
   fail_shown(field_name(field), problem);
 }
 
+void JsonConfig::check_class_name(std::string_view expected) const {
+  if (!has("_class_name")) return;
+  const std::string name = get_string("_class_name");
+  if (name != expected) fail_field("_class_name", "is " + quote(name) + ", expected \"" + std::string(expected) + "\"");
+}
+
+void JsonConfig::require_positive(std::string_view field, int64_t value) const {
+  if (value <= 0) fail_field(field, "must be positive, got " + std::to_string(value));
+}
+
 void JsonConfig::fail_type(const std::string& shown, std::string_view expected, const nlohmann::json& got) const {
   fail_shown(shown, concat_message("must be ", expected, ", got ", describe_json(got)));
 }

@@ -91,6 +91,10 @@ class JsonConfig {
 
   // An error naming this config and `field`, e.g. for a value that is well-typed but invalid.
   [[noreturn]] void fail_field(std::string_view field, std::string_view problem) const;
+  // Checks that a model config read for `expected` is one: its _class_name, when present, must match.
+  void check_class_name(std::string_view expected) const;
+  // Fails naming `field` unless `value` (read from it) is above 0.
+  void require_positive(std::string_view field, int64_t value) const;
 
  private:
   // The helpers below take `shown`, the field's full name as printed ("vae.block_out_channels[2]").

@@ -25,6 +25,39 @@ std::string model_stem(const RunOptions& o) {
 
 }  // namespace
 
+ImageSettings image_settings(const RunOptions& options, int64_t default_size, int64_t default_steps) {
+  ImageSettings s;
+  s.height = options.height.value_or(static_cast<int>(default_size));
+  s.width = options.width.value_or(static_cast<int>(default_size));
+  s.num_inference_steps = options.num_inference_steps.value_or(static_cast<int>(default_steps));
+  s.flow_shift = options.flow_shift;
+  s.max_sequence_length = options.max_sequence_length.value_or(512);
+  s.dtype = options.dtype;
+  s.fp8_transformer = options.gemm_quantization == GemmQuantization::Fp8;
+  s.fp8_text_encoder = options.use_fp8_text_encoder;
+  s.seed = options.seed;
+  s.rng = options.rng == NoiseRng::TorchCuda ? NoiseSource::TorchCuda : NoiseSource::TorchCpu;
+  return s;
+}
+
+void check_image_size(const ImageSettings& s, int64_t multiple, const std::string& model_folder) {
+  if (s.height % multiple != 0 || s.width % multiple != 0) {
+    throw UsageError(concat_message("--height/--width ", s.height, "x", s.width, ": must be multiples of ", multiple,
+                                    " for ", model_folder, " (the VAE's scale factor times the 2x2 patch)"));
+  }
+}
+
+PngText image_metadata(const RunOptions& options, std::string_view pipeline, const ImageSettings& s,
+                       double guidance_scale) {
+  return {{"model", options.model.value_or("")},
+          {"pipeline", std::string(pipeline)},
+          {"steps", std::to_string(s.num_inference_steps)},
+          {"guidance_scale", concat_message(guidance_scale)},
+          {"size", concat_message(s.width, "x", s.height)},
+          {"dtype", std::string(dtype_name(s.dtype))},
+          {"gemm_quantization", s.fp8_transformer ? "fp8" : "none"}};
+}
+
 std::vector<std::string> output_paths(const RunOptions& options, size_t count) {
   const std::filesystem::path folder(options.output_directory);
   const std::string stem = model_stem(options);

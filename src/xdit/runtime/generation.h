@@ -6,6 +6,12 @@
 #include <string>
 #include <vector>
 
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "xdit/core/dtype.h"
+#include "xdit/core/rng.h"
 #include "xdit/core/tensor.h"
 #include "xdit/io/png.h"
 #include "xdit/runtime/progress.h"
@@ -13,6 +19,31 @@
 #include "xdit/runtime/timings.h"
 
 namespace xdit {
+
+// What every image pipeline reads from the command line in the same way; a family's Settings
+// extends it with its guidance options.
+struct ImageSettings {
+  int64_t height = 1024;
+  int64_t width = 1024;
+  int64_t num_inference_steps = 1;
+  std::optional<double> flow_shift;  // replaces the family's shift or schedule
+  int64_t max_sequence_length = 512;
+  DType dtype = DType::BF16;
+  bool fp8_transformer = false;
+  bool fp8_text_encoder = false;
+  uint64_t seed = 42;
+  NoiseSource rng = NoiseSource::TorchCpu;
+};
+
+// The command line's values over the family's default size and steps.
+ImageSettings image_settings(const RunOptions& options, int64_t default_size, int64_t default_steps);
+
+// Throws a UsageError naming the size and the model folder unless both sides are multiples of `multiple`.
+void check_image_size(const ImageSettings& settings, int64_t multiple, const std::string& model_folder);
+
+// The PNG metadata of a run: model, pipeline, steps, guidance, size, dtype, weight format.
+PngText image_metadata(const RunOptions& options, std::string_view pipeline, const ImageSettings& settings,
+                       double guidance_scale);
 
 struct ImageBatch {
   Tensor images;  // [B, H, W, 3] F32 in [0, 1], one per prompt of the call

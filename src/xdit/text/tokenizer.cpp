@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -459,6 +460,25 @@ TokenizerConfig TokenizerConfig::load(const std::filesystem::path& path) {
     return value;
   };
   return {token("bos_token"), token("eos_token"), token("pad_token"), side("padding_side"), side("truncation_side")};
+}
+
+int64_t right_padding_id(const Tokenizer& tokenizer, const TokenizerConfig& config,
+                         const std::filesystem::path& config_path) {
+  if (!config.pad_token) fail(config_path.string(), ": field \"pad_token\" is missing; the prompts are padded with it");
+  for (const auto& [field, value] :
+       {std::pair{"padding_side", config.padding_side}, std::pair{"truncation_side", config.truncation_side}}) {
+    if (value != "right")
+      fail(config_path.string(), ": field \"", field, "\" is ", quote(value), "; only \"right\" is supported");
+  }
+  return tokenizer.token_id(*config.pad_token);
+}
+
+void warn_truncated_prompts(const PaddedTokens& tokens, int64_t max_length) {
+  for (size_t i = 0; i < tokens.untruncated_tokens.size(); ++i) {
+    if (tokens.untruncated_tokens[i] > max_length)
+      std::fprintf(stderr, "xdit: warning: prompt %zu has %lld tokens; truncated to max_sequence_length %lld\n", i,
+                   static_cast<long long>(tokens.untruncated_tokens[i]), static_cast<long long>(max_length));
+  }
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -39,6 +39,16 @@ struct PaddedTokens {
   std::vector<int64_t> untruncated_tokens;  // each text's token count before truncation
 };
 
+class Tokenizer;
+
+// The id of `config`'s pad token (read from config_path), after checking that the tokenizer pads
+// and truncates on the right: the text encoders take the positions of right-padded prompts.
+int64_t right_padding_id(const Tokenizer& tokenizer, const TokenizerConfig& config,
+                         const std::filesystem::path& config_path);
+
+// One warning line on stderr for every text that had more than max_length tokens.
+void warn_truncated_prompts(const PaddedTokens& tokens, int64_t max_length);
+
 class Tokenizer {
  public:
   // Throws xdit::Error naming the path and the field for anything unreadable or unsupported.

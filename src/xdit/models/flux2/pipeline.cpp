@@ -69,9 +69,10 @@ Pipeline Pipeline::open(const std::string& folder) {
 }
 
 Settings Pipeline::settings_for(const RunOptions& options, Progress& progress) const {
+  // diffusers' defaults: klein distilled 4 steps; klein base and dev 50 steps at guidance 4; the
+  // size is default_sample_size (128) x vae_scale_factor.
   Settings s;
-  // diffusers' defaults: klein distilled 4 steps; klein base and dev 50 steps at guidance 4.
-  s.num_inference_steps = options.num_inference_steps.value_or(variant_ == Variant::KleinDistilled ? 4 : 50);
+  static_cast<ImageSettings&>(s) = image_settings(options, 128 * vae_scale_factor_, variant_ == Variant::KleinDistilled ? 4 : 50);
   s.guidance_scale = options.guidance_scale.value_or(4.0);
   if (variant_ == Variant::KleinDistilled) {
     if (options.guidance_scale && *options.guidance_scale > 1.0) {
@@ -85,17 +86,7 @@ Settings Pipeline::settings_for(const RunOptions& options, Progress& progress) c
                                     variant_ == Variant::KleinBase ? " runs no CFG at --guidance_scale <= 1"
                                                                    : " has no negative prompt (it runs no CFG)"));
   }
-  const int64_t default_size = 128 * vae_scale_factor_;  // diffusers' default_sample_size x vae_scale_factor
-  s.height = options.height.value_or(default_size);
-  s.width = options.width.value_or(default_size);
-  s.flow_shift = options.flow_shift;
-  s.max_sequence_length = options.max_sequence_length.value_or(512);
   s.text_encoder_out_layers = options.text_encoder_out_layers;
-  s.dtype = options.dtype;
-  s.fp8_transformer = options.gemm_quantization == GemmQuantization::Fp8;
-  s.fp8_text_encoder = options.use_fp8_text_encoder;
-  s.seed = options.seed;
-  s.rng = options.rng == NoiseRng::TorchCuda ? NoiseSource::TorchCuda : NoiseSource::TorchCpu;
   return s;
 }
 
@@ -106,10 +97,7 @@ Pipeline::Result Pipeline::generate(const std::vector<std::string>& prompts,
   XDIT_CHECK(negative_prompts.empty() || negative_prompts.size() == prompts.size(), "FLUX.2: ",
              negative_prompts.size(), " negative prompts for ", prompts.size(), " prompts");
   const int64_t multiple = latent_multiple();
-  if (s.height % multiple != 0 || s.width % multiple != 0) {
-    throw UsageError(concat_message("--height/--width ", s.height, "x", s.width, ": must be multiples of ", multiple,
-                                    " for ", repo_.folder(), " (the VAE's scale factor times the 2x2 patch)"));
-  }
+  check_image_size(s, multiple, repo_.folder());
   XDIT_CHECK(s.num_inference_steps >= 1, "FLUX.2: num_inference_steps must be >= 1, got ", s.num_inference_steps);
   Result result;
   CallTimings& timings = result.timings;
@@ -227,17 +215,8 @@ void run(const RunOptions& options) {
   Progress progress(options.quiet);
   const Pipeline pipeline = Pipeline::open(*options.model);
   const Settings settings = pipeline.settings_for(options, progress);
-  const PngText metadata = {
-      {"model", *options.model},
-      {"pipeline", std::string(variant_name(pipeline.variant()))},
-      {"steps", std::to_string(settings.num_inference_steps)},
-      {"guidance_scale", concat_message(settings.guidance_scale)},
-      {"size", concat_message(settings.width, "x", settings.height)},
-      {"dtype", std::string(dtype_name(settings.dtype))},
-      {"gemm_quantization", settings.fp8_transformer ? "fp8" : "none"},
-  };
   run_image_generation(
-      options, metadata,
+      options, image_metadata(options, variant_name(pipeline.variant()), settings, settings.guidance_scale),
       [&](const std::vector<std::string>& prompts, const std::vector<std::string>& negatives) {
         return to_image_batch(pipeline.generate(prompts, negatives, settings, progress));
       },

@@ -13,6 +13,7 @@
 #include "xdit/core/rng.h"
 #include "xdit/core/tensor.h"
 #include "xdit/io/diffusers.h"
+#include "xdit/runtime/generation.h"
 #include "xdit/runtime/progress.h"
 #include "xdit/runtime/run_options.h"
 #include "xdit/runtime/timings.h"
@@ -27,21 +28,12 @@ enum class Variant {
 
 std::string_view variant_name(Variant variant);
 
-// One pipeline call's settings: the command line over the variant's defaults.
-struct Settings {
-  int64_t height = 1024;
-  int64_t width = 1024;
-  int64_t num_inference_steps = 4;
+// One pipeline call's settings: the command line over the variant's defaults. flow_shift, when
+// set, is a static shift instead of FLUX.2's empirical mu.
+struct Settings : ImageSettings {
   double guidance_scale = 1.0;
   bool true_cfg = false;  // klein base with guidance_scale > 1: a second pass on the negative prompt
-  std::optional<double> flow_shift;  // a static shift instead of FLUX.2's empirical mu
-  int64_t max_sequence_length = 512;
   std::vector<int> text_encoder_out_layers;
-  DType dtype = DType::BF16;
-  bool fp8_transformer = false;
-  bool fp8_text_encoder = false;
-  uint64_t seed = 42;
-  NoiseSource rng = NoiseSource::TorchCpu;
 };
 
 class Pipeline {

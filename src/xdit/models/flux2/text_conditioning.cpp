@@ -60,14 +60,7 @@ TextConditioning TextConditioning::load(const DiffusersRepo& repo, const TextEnc
   Tokenizer tokenizer = Tokenizer::load(repo.component_file("tokenizer", "tokenizer.json"));
   const std::string config_path = repo.component_file("tokenizer", "tokenizer_config.json");
   const TokenizerConfig special = TokenizerConfig::load(config_path);
-  if (!special.pad_token) fail(config_path, ": field \"pad_token\" is missing; the prompts are padded with it");
-  const int64_t pad_id = tokenizer.token_id(*special.pad_token);
-  // The encoder takes the positions of right-padded prompts; diffusers' tokenizers pad and cut on the right.
-  for (const auto& [field, value] :
-       {std::pair{"padding_side", special.padding_side}, std::pair{"truncation_side", special.truncation_side}}) {
-    if (value != "right")
-      fail(config_path, ": field \"", field, "\" is ", quote(value), "; only \"right\" is supported");
-  }
+  const int64_t pad_id = right_padding_id(tokenizer, special, config_path);
   std::string bos_token;
   if (kind == Encoder::Mistral3) {
     if (!special.bos_token) fail(config_path, ": field \"bos_token\" is missing; the chat template starts with it");
@@ -112,11 +105,7 @@ Tensor TextConditioning::prompt_embeds(const PaddedTokens& tokens) const {
 TextConditioning::Encoded TextConditioning::encode(const std::vector<std::string>& prompts) const {
   XDIT_CHECK(!prompts.empty(), "FLUX.2 text encoder: no prompts to encode");
   PaddedTokens tokens = tokenize(prompts);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (tokens.untruncated_tokens[i] > max_sequence_length_)
-      std::fprintf(stderr, "xdit: warning: prompt %zu has %lld tokens; truncated to max_sequence_length %lld\n", i,
-                   static_cast<long long>(tokens.untruncated_tokens[i]), static_cast<long long>(max_sequence_length_));
-  }
+  warn_truncated_prompts(tokens, max_sequence_length_);
   Tensor embeds = prompt_embeds(tokens);
   const int64_t batch = embeds.size(0), length = embeds.size(1);
   return {std::move(embeds), prepare_text_ids(batch, length), std::move(tokens.untruncated_tokens)};

@@ -14,10 +14,6 @@ namespace {
 
 constexpr const char* kClassName = "Flux2Transformer2DModel";
 
-void require_positive(const JsonConfig& config, std::string_view field, int64_t value) {
-  if (value <= 0) config.fail_field(field, "must be positive, got " + std::to_string(value));
-}
-
 void require_even(const JsonConfig& config, std::string_view field, int64_t value) {
   if (value % 2 != 0) config.fail_field(field, "must be even, got " + std::to_string(value));
 }
@@ -64,10 +60,7 @@ int64_t TransformerConfig::mlp_hidden_dim() const {
 }
 
 TransformerConfig TransformerConfig::from_json(const JsonConfig& config) {
-  if (config.has("_class_name")) {
-    const std::string name = config.get_string("_class_name");
-    if (name != kClassName) config.fail_field("_class_name", "is " + quote(name) + ", expected \"" + kClassName + "\"");
-  }
+  config.check_class_name(kClassName);
   TransformerConfig c;
   config.read_optional("patch_size", c.patch_size);
   config.read_optional("in_channels", c.in_channels);
@@ -84,18 +77,18 @@ TransformerConfig TransformerConfig::from_json(const JsonConfig& config) {
   config.read_optional("eps", c.eps);
   config.read_optional("guidance_embeds", c.guidance_embeds);
 
-  require_positive(config, "patch_size", c.patch_size);
-  require_positive(config, "in_channels", c.in_channels);
-  require_positive(config, "out_channels", c.out_channels);
+  config.require_positive("patch_size", c.patch_size);
+  config.require_positive("in_channels", c.in_channels);
+  config.require_positive("out_channels", c.out_channels);
   if (c.num_layers < 0) config.fail_field("num_layers", "must be >= 0, got " + std::to_string(c.num_layers));
   if (c.num_single_layers < 0)
     config.fail_field("num_single_layers", "must be >= 0, got " + std::to_string(c.num_single_layers));
-  require_positive(config, "attention_head_dim", c.attention_head_dim);
+  config.require_positive("attention_head_dim", c.attention_head_dim);
   require_even(config, "attention_head_dim", c.attention_head_dim);
-  require_positive(config, "num_attention_heads", c.num_attention_heads);
-  require_positive(config, "joint_attention_dim", c.joint_attention_dim);
+  config.require_positive("num_attention_heads", c.num_attention_heads);
+  config.require_positive("joint_attention_dim", c.joint_attention_dim);
   // An odd count would make diffusers' sinusoid zero-padded; no FLUX.2 model uses one.
-  require_positive(config, "timestep_guidance_channels", c.timestep_guidance_channels);
+  config.require_positive("timestep_guidance_channels", c.timestep_guidance_channels);
   require_even(config, "timestep_guidance_channels", c.timestep_guidance_channels);
   if (!(c.mlp_ratio > 0) || c.mlp_hidden_dim() < 1)
     config.fail_field("mlp_ratio", "must give a positive MLP width, got " + std::to_string(c.mlp_ratio));
