@@ -110,6 +110,33 @@ TEST(RopeTable, ZImageThreeAxesMatchF64Formula) {
   expect_table_is_f64_rounded(ops::rope_table(positions_tensor(ids, DType::I32), axes, 256.0), ids, axes, 256.0);
 }
 
+// RoundedToF32: the f64 angle rounded to f32, then cos/sin in f32, as diffusers' Z-Image and
+// Qwen-Image build their tables (torch.polar on float32 angles).
+TEST(RopeTable, RoundedToF32AnglesMatchTorchPolarOnF32) {
+  std::vector<std::vector<double>> ids;
+  for (int i = 0; i < 9; ++i) ids.push_back({1.0 + i, 0, 0});
+  for (int h = 0; h < 5; ++h) {
+    for (int w = 0; w < 6; ++w) ids.push_back({1500, static_cast<double>(h * 97), static_cast<double>(w * 83)});
+  }
+  const std::vector<int64_t> axes{32, 48, 48};
+  const ops::RopeTable table =
+      ops::rope_table(positions_tensor(ids, DType::I64), axes, 256.0, ops::RopeAngle::RoundedToF32);
+  const std::vector<float> cos = table.cos.to_floats(), sin = table.sin.to_floats();
+  const int64_t half = 64;
+  int64_t mismatches = 0, differs_from_f64 = 0;
+  for (size_t s = 0; s < ids.size(); ++s) {
+    for (int64_t k = 0; k < half; ++k) {
+      const double angle = reference_angle(ids[s], axes, 256.0, k);
+      const float rounded = static_cast<float>(angle);
+      const size_t i = s * static_cast<size_t>(half) + static_cast<size_t>(k);
+      mismatches += cos[i] != std::cos(rounded) || sin[i] != std::sin(rounded);
+      differs_from_f64 += cos[i] != static_cast<float>(std::cos(angle));
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GT(differs_from_f64, 0) << "the two precisions must be distinguishable at these positions";
+}
+
 // Qwen-Image style centred (negative) positions as F32, axes (16, 56, 56), theta 1e4.
 TEST(RopeTable, NegativeFloatPositions) {
   std::vector<std::vector<double>> ids;

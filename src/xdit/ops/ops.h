@@ -43,10 +43,15 @@ struct RopeTable {
   Tensor cos;  // [S, D/2] F32
   Tensor sin;  // [S, D/2] F32
 };
+// How rope_table rounds: F64 takes cos/sin of the f64 angle (FLUX.2, the text encoders);
+// RoundedToF32 rounds the f64 angle to f32 first and takes cos/sin in f32, as torch.polar on an
+// f32 angle table does (Z-Image, Qwen-Image).
+enum class RopeAngle { F64, RoundedToF32 };
 // Multi-axis RoPE angles computed in f64: positions [S, n_axes] (I64, I32 or F32), axes_dim
 // the rotary width of each axis (even, summing to D). Axis a contributes axes_dim[a]/2 angles
 // pos * theta^(-2i/axes_dim[a]), in axis order.
-RopeTable rope_table(const Tensor& positions, const std::vector<int64_t>& axes_dim, double theta);
+RopeTable rope_table(const Tensor& positions, const std::vector<int64_t>& axes_dim, double theta,
+                     RopeAngle angle = RopeAngle::F64);
 Tensor apply_rope(const Tensor& x, const RopeTable& table, RopeStyle style);
 
 // ---- Activations (activation.cpp)

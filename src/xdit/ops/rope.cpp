@@ -30,7 +30,8 @@ std::vector<double> positions_f64(const Tensor& positions) {
 // Matches diffusers' get_1d_rotary_pos_embed(..., freqs_dtype=torch.float64) per axis (before its
 // repeat_interleave): angle = pos * (1 / theta^(2i / d)) and its cos/sin in f64, then rounded to
 // f32. Computing the angle in f32 would be off by ~1e-4 rad at positions in the thousands.
-RopeTable rope_table(const Tensor& positions, const std::vector<int64_t>& axes_dim, double theta) {
+RopeTable rope_table(const Tensor& positions, const std::vector<int64_t>& axes_dim, double theta,
+                     RopeAngle angle_precision) {
   check_dtype("rope_table", "positions", positions, {DType::I64, DType::I32, DType::F32});
   XDIT_CHECK(positions.device().type == DeviceType::CPU, "rope_table: positions must be on the CPU, got ",
              device_str(positions.device()));
@@ -62,8 +63,14 @@ RopeTable rope_table(const Tensor& positions, const std::vector<int64_t>& axes_d
     for (int64_t s = begin; s < end; ++s) {
       for (int64_t k = 0; k < half; ++k) {
         const double angle = pos[s * n_axes + axis_of[k]] * frequencies[k];
-        cos_out[s * half + k] = static_cast<float>(std::cos(angle));
-        sin_out[s * half + k] = static_cast<float>(std::sin(angle));
+        if (angle_precision == RopeAngle::RoundedToF32) {
+          const float rounded = static_cast<float>(angle);
+          cos_out[s * half + k] = std::cos(rounded);
+          sin_out[s * half + k] = std::sin(rounded);
+        } else {
+          cos_out[s * half + k] = static_cast<float>(std::cos(angle));
+          sin_out[s * half + k] = static_cast<float>(std::sin(angle));
+        }
       }
     }
   });

@@ -288,18 +288,10 @@ Tensor Transformer::t_embed(const Tensor& t) const {
 
 // RopeEmbedder: per axis, angle = f32(pos · 1 / theta^(2i/d)) with the product in f64, then
 // cos/sin of that f32 angle (torch.polar on the f32 table); pairs are interleaved (view_as_complex).
+// A shorter item's table is padded with position 0; its padded rows are masked out as keys and
+// their outputs dropped.
 SequenceLayout Transformer::layout(const std::vector<std::vector<std::array<int64_t, 3>>>& positions) const {
   const TransformerConfig& c = config_;
-  const int64_t half = c.head_dim() / 2;
-  std::vector<double> frequencies;
-  std::vector<int64_t> axis_of;
-  for (size_t a = 0; a < 3; ++a) {
-    const int64_t width = c.axes_dims[a];
-    for (int64_t i = 0; i < width; i += 2) {
-      frequencies.push_back(1.0 / std::pow(c.rope_theta, static_cast<double>(i) / static_cast<double>(width)));
-      axis_of.push_back(static_cast<int64_t>(a));
-    }
-  }
   SequenceLayout layout;
   int64_t longest = 0;
   for (const auto& item : positions) {
@@ -307,23 +299,17 @@ SequenceLayout Transformer::layout(const std::vector<std::vector<std::array<int6
     longest = std::max(longest, static_cast<int64_t>(item.size()));
   }
   for (const auto& item : positions) {
-    ops::RopeTable table{Tensor::zeros({longest, half}, DType::F32), Tensor::zeros({longest, half}, DType::F32)};
-    float* cos_out = table.cos.data<float>();
-    float* sin_out = table.sin.data<float>();
+    std::vector<int64_t> ids(static_cast<size_t>(longest * 3), 0);
     for (size_t s = 0; s < item.size(); ++s) {
       for (size_t a = 0; a < 3; ++a) {
         XDIT_CHECK(item[s][a] >= 0 && item[s][a] < c.axes_lens[a], "z_image Transformer: position ", item[s][a],
                    " on axis ", a, " is outside axes_lens ", list_str(c.axes_lens),
                    " (the caption or the latent is too long for the RoPE table)");
-      }
-      for (int64_t k = 0; k < half; ++k) {
-        const float angle = static_cast<float>(static_cast<double>(item[s][static_cast<size_t>(axis_of[k])]) *
-                                               frequencies[static_cast<size_t>(k)]);
-        cos_out[static_cast<int64_t>(s) * half + k] = std::cos(angle);
-        sin_out[static_cast<int64_t>(s) * half + k] = std::sin(angle);
+        ids[s * 3 + a] = item[s][a];
       }
     }
-    layout.rope.push_back(table);
+    layout.rope.push_back(ops::rope_table(Tensor::from_ints(ids, {longest, 3}), c.axes_dims, c.rope_theta,
+                                          ops::RopeAngle::RoundedToF32));
   }
   if (std::any_of(layout.lengths.begin(), layout.lengths.end(), [&](int64_t n) { return n != longest; })) {
     std::vector<int64_t> mask;
