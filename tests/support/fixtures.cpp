@@ -49,6 +49,17 @@ std::vector<std::string> ReferenceFile::names_with_prefix(std::string_view prefi
   return out;
 }
 
+FixtureCall fixture_call(const ReferenceFile& reference, std::string_view name, DType dtype) {
+  const JsonConfig call = reference.sidecar().get_object("calls").get_object(name);
+  FixtureCall c{call.get_string("prompt"), call.get_float("guidance_scale"), {}, call};
+  c.settings.height = call.get_int("height");
+  c.settings.width = call.get_int("width");
+  c.settings.num_inference_steps = call.get_int("num_inference_steps");
+  c.settings.seed = static_cast<uint64_t>(call.get_int("seed"));
+  c.settings.dtype = dtype;
+  return c;
+}
+
 ::testing::AssertionResult matches_fixture(const Tensor& actual, const Tensor& expected, FixtureTolerance tolerance) {
   if (actual.shape() != expected.shape()) {
     std::ostringstream shapes;

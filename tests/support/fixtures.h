@@ -17,6 +17,7 @@
 #include "xdit/core/tensor.h"
 #include "xdit/io/json_config.h"
 #include "xdit/io/safetensors.h"
+#include "xdit/runtime/generation.h"
 
 namespace xdit::testing {
 
@@ -49,6 +50,17 @@ class ReferenceFile {
   SafetensorsFile file_;
   JsonConfig sidecar_;
 };
+
+// One pipeline call recorded in a sidecar ("calls.<name>"): its prompt, guidance scale, the
+// settings every image pipeline shares (size, steps, seed) at `dtype`, and the call's JSON for
+// the family's own arguments.
+struct FixtureCall {
+  std::string prompt;
+  double guidance_scale = 0;
+  ImageSettings settings;
+  JsonConfig json;
+};
+FixtureCall fixture_call(const ReferenceFile& reference, std::string_view name, DType dtype);
 
 // The parity tolerances of DESIGN.md §6. An F32 result passes when its max abs error is at most
 // f32_max_abs × max(1, max |expected|); a BF16/F16 result when its relative L2 error is at most

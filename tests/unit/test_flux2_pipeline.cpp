@@ -33,16 +33,11 @@ struct Call {
 };
 
 // The settings of a fixture's pipeline call (sidecar "calls.<name>") at the given dtype.
-Call fixture_call(const ReferenceFile& reference, const std::string& name, DType dtype) {
-  const JsonConfig call = reference.sidecar().get_object("calls").get_object(name);
-  Call c;
-  c.prompt = call.get_string("prompt");
-  c.settings.height = call.get_int("height");
-  c.settings.width = call.get_int("width");
-  c.settings.num_inference_steps = call.get_int("num_inference_steps");
-  c.settings.guidance_scale = call.get_float("guidance_scale");
-  c.settings.seed = static_cast<uint64_t>(call.get_int("seed"));
-  c.settings.dtype = dtype;
+Call pipeline_call(const ReferenceFile& reference, const std::string& name, DType dtype) {
+  const testing::FixtureCall call = testing::fixture_call(reference, name, dtype);
+  Call c{call.prompt, {}};
+  static_cast<ImageSettings&>(c.settings) = call.settings;
+  c.settings.guidance_scale = call.guidance_scale;
   return c;
 }
 
@@ -85,7 +80,7 @@ TEST(Flux2Pipeline, NoiseIsDiffusersNoise) {
 TEST(Flux2Pipeline, KleinImageMatchesDiffusersInF32) {
   const ReferenceFile reference = ReferenceFile::load("flux2-klein");
   const Pipeline pipeline = Pipeline::open(reference.model_dir().string());
-  const Tensor image = generate(pipeline, fixture_call(reference, "pipeline", DType::F32));
+  const Tensor image = generate(pipeline, pipeline_call(reference, "pipeline", DType::F32));
   const Tensor expected = reference.tensor("pipeline.image");
   ASSERT_EQ(image.shape(), expected.shape());
   const double db = testing::psnr(image, expected);
@@ -97,7 +92,7 @@ TEST(Flux2Pipeline, KleinImageMatchesDiffusersInF32) {
 TEST(Flux2Pipeline, KleinBaseTrueCfgMatchesDiffusersInF32) {
   const ReferenceFile reference = ReferenceFile::load("flux2-klein");
   const Pipeline pipeline = Pipeline::open(reference.model_dir().string());
-  Call call = fixture_call(reference, "pipeline_cfg", DType::F32);
+  Call call = pipeline_call(reference, "pipeline_cfg", DType::F32);
   ASSERT_FALSE(reference.sidecar().get_object("calls").get_object("pipeline_cfg").get_bool("is_distilled"));
   call.settings.true_cfg = true;  // the fixture ran the same weights as klein base
   const Tensor image = generate(pipeline, call);
@@ -112,7 +107,7 @@ TEST(Flux2Pipeline, KleinBaseTrueCfgMatchesDiffusersInF32) {
 TEST(Flux2Pipeline, DevImageMatchesDiffusersInF32) {
   const ReferenceFile reference = ReferenceFile::load("flux2-dev");
   const Pipeline pipeline = Pipeline::open(reference.model_dir().string());
-  const Tensor image = generate(pipeline, fixture_call(reference, "pipeline", DType::F32));
+  const Tensor image = generate(pipeline, pipeline_call(reference, "pipeline", DType::F32));
   const double db = testing::psnr(image, reference.tensor("pipeline.image"));
   std::printf("dev f32 PSNR %.1f dB\n", db);
   EXPECT_GE(db, 45.0);
@@ -123,7 +118,7 @@ TEST(Flux2Pipeline, Bf16ImagesStayCloseToTheF32Reference) {
     SCOPED_TRACE(family);
     const ReferenceFile reference = ReferenceFile::load(family);
     const Pipeline pipeline = Pipeline::open(reference.model_dir().string());
-    const Tensor image = generate(pipeline, fixture_call(reference, "pipeline", DType::BF16));
+    const Tensor image = generate(pipeline, pipeline_call(reference, "pipeline", DType::BF16));
     const double db = testing::psnr(image, reference.tensor("pipeline.image"));
     std::printf("%s bf16 PSNR %.1f dB\n", family, db);
     EXPECT_GE(db, 30.0);
@@ -133,7 +128,7 @@ TEST(Flux2Pipeline, Bf16ImagesStayCloseToTheF32Reference) {
 TEST(Flux2Pipeline, BadSettingsAreClearErrors) {
   const ReferenceFile reference = ReferenceFile::load("flux2-klein");
   const Pipeline pipeline = Pipeline::open(reference.model_dir().string());
-  Call call = fixture_call(reference, "pipeline", DType::F32);
+  Call call = pipeline_call(reference, "pipeline", DType::F32);
   call.settings.width = 50;
   testing::expect_error<UsageError>([&] { generate(pipeline, call); }, {"32x50", "multiples of 4"});
   testing::expect_error([&] { Pipeline::open(testing::fixture_model_dir("z-image").string()); },

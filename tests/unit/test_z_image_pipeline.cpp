@@ -34,18 +34,13 @@ struct Call {
 };
 
 // The settings of a fixture's pipeline call (sidecar "calls.<name>") at the given dtype.
-Call fixture_call(const ReferenceFile& reference, const std::string& name, DType dtype) {
-  const JsonConfig call = reference.sidecar().get_object("calls").get_object(name);
-  Call c;
-  c.prompt = call.get_string("prompt");
-  c.settings.height = call.get_int("height");
-  c.settings.width = call.get_int("width");
-  c.settings.num_inference_steps = call.get_int("num_inference_steps");
-  c.settings.guidance_scale = call.get_float("guidance_scale");
+Call pipeline_call(const ReferenceFile& reference, const std::string& name, DType dtype) {
+  const testing::FixtureCall call = testing::fixture_call(reference, name, dtype);
+  Call c{call.prompt, {}};
+  static_cast<ImageSettings&>(c.settings) = call.settings;
+  c.settings.guidance_scale = call.guidance_scale;
   // diffusers' cfg_normalization=True is the factor 1.0.
-  c.settings.cfg_normalization = call.get_bool("cfg_normalization", false) ? 1.0 : 0.0;
-  c.settings.seed = static_cast<uint64_t>(call.get_int("seed"));
-  c.settings.dtype = dtype;
+  c.settings.cfg_normalization = call.json.get_bool("cfg_normalization", false) ? 1.0 : 0.0;
   return c;
 }
 
@@ -104,7 +99,7 @@ TEST(ZImagePipeline, NoiseIsDiffusersNoise) {
 
 TEST(ZImagePipeline, TurboImageMatchesDiffusersInF32) {
   const ReferenceFile reference = ReferenceFile::load("z-image");
-  const Tensor image = generate(fixture_pipeline(), fixture_call(reference, "pipeline", DType::F32));
+  const Tensor image = generate(fixture_pipeline(), pipeline_call(reference, "pipeline", DType::F32));
   const Tensor expected = reference.tensor("pipeline.image");
   ASSERT_EQ(image.shape(), expected.shape());
   const double db = testing::psnr(image, expected);
@@ -117,7 +112,7 @@ TEST(ZImagePipeline, TurboImageMatchesDiffusersInF32) {
 // Base: CFG 4 against "" with the norm cap, as the fixture's pipeline_cfg call ran.
 TEST(ZImagePipeline, CfgWithNormalizationMatchesDiffusersInF32) {
   const ReferenceFile reference = ReferenceFile::load("z-image");
-  const Call call = fixture_call(reference, "pipeline_cfg", DType::F32);
+  const Call call = pipeline_call(reference, "pipeline_cfg", DType::F32);
   ASSERT_TRUE(call.settings.cfg());
   ASSERT_DOUBLE_EQ(call.settings.cfg_normalization, 1.0);
   const Pipeline pipeline = fixture_pipeline();
@@ -141,7 +136,7 @@ TEST(ZImagePipeline, CfgWithNormalizationMatchesDiffusersInF32) {
 TEST(ZImagePipeline, CfgTruncation) {
   const ReferenceFile reference = ReferenceFile::load("z-image");
   const Pipeline pipeline = fixture_pipeline();
-  Call call = fixture_call(reference, "pipeline_cfg", DType::F32);
+  Call call = pipeline_call(reference, "pipeline_cfg", DType::F32);
   const Tensor guided = generate(pipeline, call);
   call.settings.cfg_truncation = 2.0;
   EXPECT_EQ(testing::values(generate(pipeline, call)), testing::values(guided));
@@ -160,7 +155,7 @@ TEST(ZImagePipeline, Bf16ImagesStayCloseToTheF32Reference) {
   const Pipeline pipeline = fixture_pipeline();
   for (const char* name : {"pipeline", "pipeline_cfg"}) {
     SCOPED_TRACE(name);
-    const Tensor image = generate(pipeline, fixture_call(reference, name, DType::BF16));
+    const Tensor image = generate(pipeline, pipeline_call(reference, name, DType::BF16));
     const double db = testing::psnr(image, reference.tensor(std::string(name) + ".image"));
     std::printf("z-image %s bf16 PSNR %.1f dB\n", name, db);
     EXPECT_GE(db, 30.0);
@@ -170,7 +165,7 @@ TEST(ZImagePipeline, Bf16ImagesStayCloseToTheF32Reference) {
 // FP8 transformer and text encoder projections: the picture stays recognisably the same.
 TEST(ZImagePipeline, Fp8StaysCloseToTheF32Reference) {
   const ReferenceFile reference = ReferenceFile::load("z-image");
-  Call call = fixture_call(reference, "pipeline", DType::BF16);
+  Call call = pipeline_call(reference, "pipeline", DType::BF16);
   call.settings.fp8_transformer = true;
   call.settings.fp8_text_encoder = true;
   const double db = testing::psnr(generate(fixture_pipeline(), call), reference.tensor("pipeline.image"));
@@ -181,14 +176,14 @@ TEST(ZImagePipeline, Fp8StaysCloseToTheF32Reference) {
 TEST(ZImagePipeline, BadSettingsAreClearErrors) {
   const ReferenceFile reference = ReferenceFile::load("z-image");
   const Pipeline pipeline = fixture_pipeline();
-  Call call = fixture_call(reference, "pipeline", DType::F32);
+  Call call = pipeline_call(reference, "pipeline", DType::F32);
   call.settings.width = 50;
   testing::expect_error<UsageError>([&] { generate(pipeline, call); }, {"32x50", "multiples of 4"});
-  call = fixture_call(reference, "pipeline", DType::F32);
+  call = pipeline_call(reference, "pipeline", DType::F32);
   call.settings.num_inference_steps = 0;
   testing::expect_error([&] { generate(pipeline, call); }, {"num_inference_steps"});
   Progress quiet(true);
-  call = fixture_call(reference, "pipeline", DType::F32);
+  call = pipeline_call(reference, "pipeline", DType::F32);
   testing::expect_error([&] { pipeline.generate({call.prompt}, {"blurry"}, call.settings, quiet); },
                         {"negative prompts need guidance_scale > 0"});
   testing::expect_error([&] { Pipeline::open(testing::fixture_model_dir("flux2-klein").string()); },
