@@ -29,9 +29,6 @@ Tensor timestep_as_pipeline_passes_it(float t, int64_t batch, DType dtype) {
   return Tensor::from_floats(std::vector<float>(static_cast<size_t>(batch), sigma), {batch});
 }
 
-// Progress stage names double as the timing buckets of CallTimings.
-ImageBatch to_image_batch(Pipeline::Result result) { return {std::move(result.images), result.timings}; }
-
 }  // namespace
 
 std::string_view variant_name(Variant variant) {
@@ -218,7 +215,7 @@ void run(const RunOptions& options) {
   run_image_generation(
       options, image_metadata(options, variant_name(pipeline.variant()), settings, settings.guidance_scale),
       [&](const std::vector<std::string>& prompts, const std::vector<std::string>& negatives) {
-        return to_image_batch(pipeline.generate(prompts, negatives, settings, progress));
+        return pipeline.generate(prompts, negatives, settings, progress);
       },
       progress);
 }

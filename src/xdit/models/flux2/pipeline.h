@@ -50,10 +50,7 @@ class Pipeline {
   // distilled model is given a guidance scale; refuses a negative prompt where no CFG runs.
   Settings settings_for(const RunOptions& options, Progress& progress) const;
 
-  struct Result {
-    Tensor images;  // [B, H, W, 3] F32 in [0, 1]
-    CallTimings timings;
-  };
+  using Result = ImageBatch;  // images [B, H, W, 3] F32 in [0, 1] and the call's timings
   // One call for a batch of prompts. `negative_prompts` is empty (diffusers' "") or one per prompt.
   Result generate(const std::vector<std::string>& prompts, const std::vector<std::string>& negative_prompts,
                   const Settings& settings, Progress& progress) const;

@@ -202,8 +202,7 @@ void run(const RunOptions& options) {
   run_image_generation(
       options, image_metadata(options, "Z-Image", settings, settings.guidance_scale),
       [&](const std::vector<std::string>& prompts, const std::vector<std::string>& negatives) {
-        Pipeline::Result result = pipeline.generate(prompts, negatives, settings, progress);
-        return ImageBatch{std::move(result.images), result.timings};
+        return pipeline.generate(prompts, negatives, settings, progress);
       },
       progress);
 }

@@ -43,10 +43,7 @@ class Pipeline {
   // Refuses --negative_prompt, --cfg_normalization and --cfg_truncation where no CFG runs.
   Settings settings_for(const RunOptions& options) const;
 
-  struct Result {
-    Tensor images;  // [B, H, W, 3] F32 in [0, 1]
-    CallTimings timings;
-  };
+  using Result = ImageBatch;  // images [B, H, W, 3] F32 in [0, 1] and the call's timings
   // One call for a batch of prompts. `negative_prompts` is empty (diffusers' "") or one per prompt.
   Result generate(const std::vector<std::string>& prompts, const std::vector<std::string>& negative_prompts,
                   const Settings& settings, Progress& progress) const;
