@@ -58,7 +58,7 @@ TEST(Flux2Pipeline, VariantsAndDefaults) {
   const Settings k = klein.settings_for(options, quiet);
   EXPECT_EQ(k.num_inference_steps, 4);
   EXPECT_FALSE(k.true_cfg);
-  EXPECT_EQ(k.height, 256);  // default_sample_size 128 x the tiny VAE's scale 2
+  EXPECT_EQ(k.height, 64);  // the VAE config's sample_size (diffusers: default_sample_size 128 x the scale 2)
   const Settings d = dev.settings_for(options, quiet);
   EXPECT_EQ(d.num_inference_steps, 50);
   EXPECT_DOUBLE_EQ(d.guidance_scale, 4.0);

@@ -127,6 +127,7 @@ TEST(VaeConfig, ReadsTheTinyConfigs) {
   EXPECT_TRUE(klein.use_post_quant_conv);
   EXPECT_DOUBLE_EQ(klein.batch_norm_eps, 1e-4);
   EXPECT_EQ(klein.spatial_scale(), 2);
+  EXPECT_EQ(klein.sample_size, 64);
 
   const AutoencoderKLConfig sd35 = AutoencoderKLConfig::from_json(Family("sd35").config());
   EXPECT_EQ(sd35.class_name, "AutoencoderKL");
@@ -146,6 +147,7 @@ TEST(VaeConfig, FillsTheClassDefaults) {
   EXPECT_EQ(flux2.latent_channels, 32);
   EXPECT_EQ(flux2.norm_num_groups, 32);
   EXPECT_EQ(flux2.spatial_scale(), 8);
+  EXPECT_FALSE(flux2.sample_size);  // unset: the pipeline falls back to diffusers' default size
   const AutoencoderKLConfig kl =
       AutoencoderKLConfig::from_json(JsonConfig::parse(R"({"_class_name": "AutoencoderKL"})", "kl vae"));
   EXPECT_EQ(kl.latent_channels, 4);
@@ -172,6 +174,7 @@ TEST(VaeConfig, RefusesUnsupportedOptionsNamingTheField) {
       {"sd35", "latents_mean", R"([0.1, 0.2])", "not supported"},
       {"sd35", "scaling_factor", "0", "must not be 0"},
       {"sd35", "layers_per_block", "0", "must be > 0"},
+      {"sd35", "sample_size", "0", "must be positive"},
       {"flux2-klein", "patch_size", "[1, 1]", "[2, 2]"},
       {"flux2-klein", "decoder_block_out_channels", "[16, 16, 16]", "as many levels"},
   };

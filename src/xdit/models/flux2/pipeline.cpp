@@ -43,8 +43,8 @@ std::string_view variant_name(Variant variant) {
   return "FLUX.2";
 }
 
-Pipeline::Pipeline(DiffusersRepo repo, Variant variant, int64_t vae_scale_factor)
-    : repo_(std::move(repo)), variant_(variant), vae_scale_factor_(vae_scale_factor) {}
+Pipeline::Pipeline(DiffusersRepo repo, Variant variant, int64_t vae_scale_factor, int64_t default_size)
+    : repo_(std::move(repo)), variant_(variant), vae_scale_factor_(vae_scale_factor), default_size_(default_size) {}
 
 Pipeline Pipeline::open(const std::string& folder) {
   DiffusersRepo repo = DiffusersRepo::open(folder);
@@ -60,16 +60,19 @@ Pipeline Pipeline::open(const std::string& folder) {
   for (const char* component : {"text_encoder", "tokenizer", "transformer", "vae", "scheduler"}) {
     repo.component(component);  // throws naming the component the folder lacks
   }
-  const int64_t vae_scale_factor =
-      vae::AutoencoderKLConfig::from_json(repo.component_config("vae")).spatial_scale();
-  return Pipeline(std::move(repo), variant, vae_scale_factor);
+  const auto vae_config = vae::AutoencoderKLConfig::from_json(repo.component_config("vae"));
+  const int64_t vae_scale_factor = vae_config.spatial_scale();
+  // diffusers' default size is default_sample_size (128) x vae_scale_factor, which is the VAE's
+  // sample_size (1024) for the published checkpoints. The VAE's sample_size comes first, so a
+  // model trained at another size (the bundled demo model, 64) gets its own.
+  const int64_t default_size = vae_config.sample_size.value_or(128 * vae_scale_factor);
+  return Pipeline(std::move(repo), variant, vae_scale_factor, default_size);
 }
 
 Settings Pipeline::settings_for(const RunOptions& options, Progress& progress) const {
-  // diffusers' defaults: klein distilled 4 steps; klein base and dev 50 steps at guidance 4; the
-  // size is default_sample_size (128) x vae_scale_factor.
+  // diffusers' defaults: klein distilled 4 steps; klein base and dev 50 steps at guidance 4.
   Settings s;
-  static_cast<ImageSettings&>(s) = image_settings(options, 128 * vae_scale_factor_, variant_ == Variant::KleinDistilled ? 4 : 50);
+  static_cast<ImageSettings&>(s) = image_settings(options, default_size_, variant_ == Variant::KleinDistilled ? 4 : 50);
   s.guidance_scale = options.guidance_scale.value_or(4.0);
   if (variant_ == Variant::KleinDistilled) {
     if (options.guidance_scale && *options.guidance_scale > 1.0) {

@@ -56,11 +56,12 @@ class Pipeline {
                   const Settings& settings, Progress& progress) const;
 
  private:
-  Pipeline(DiffusersRepo repo, Variant variant, int64_t vae_scale_factor);
+  Pipeline(DiffusersRepo repo, Variant variant, int64_t vae_scale_factor, int64_t default_size);
 
   DiffusersRepo repo_;
   Variant variant_;
   int64_t vae_scale_factor_;
+  int64_t default_size_;  // height and width when the command line gives none
 };
 
 }  // namespace xdit::flux2

@@ -64,6 +64,8 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const JsonConfig& config) {
   config.read_optional("use_quant_conv", c.use_quant_conv);
   config.read_optional("use_post_quant_conv", c.use_post_quant_conv);
   config.read_optional("mid_block_add_attention", c.mid_block_add_attention);
+  config.read_optional("sample_size", c.sample_size);
+  if (c.sample_size) config.require_positive("sample_size", *c.sample_size);
   c.decoder_block_out_channels = c.block_out_channels;
 
   if (c.has_batch_norm()) {

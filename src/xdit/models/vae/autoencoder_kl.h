@@ -37,6 +37,8 @@ struct AutoencoderKLConfig {
   double scaling_factor = 1.0;
   double shift_factor = 0.0;
   double batch_norm_eps = 1e-4;  // AutoencoderKLFlux2 only
+  // The picture side the VAE was configured for, when its config says (diffusers' sample_size).
+  std::optional<int64_t> sample_size;
 
   bool has_batch_norm() const { return class_name == "AutoencoderKLFlux2"; }
   // Image pixels per latent pixel along each axis: 2^(levels - 1).
