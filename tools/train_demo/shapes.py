@@ -21,6 +21,8 @@ SIZES = {"small": 0.22, "medium": 0.36, "large": 0.52}  # shape extent as a frac
 ROWS = ["top", "middle", "bottom"]
 COLUMNS = ["left", "center", "right"]
 POSITIONS = [f"{r} {c}" for r in ROWS for c in COLUMNS]  # "middle center" is said "center"
+OMIT_SIZE = 0.2  # how often a training prompt leaves the size unsaid
+OMIT_POSITION = 0.2  # and the position
 
 
 def position_phrase(position):
@@ -32,20 +34,24 @@ def _article(word):
 
 
 def prompt_of(attrs):
+    """The sentence of `attrs`; a size or position of None is left unsaid."""
     background = attrs["background"]
-    return (f"a {attrs['size']} {attrs['colour']} {attrs['shape']} {position_phrase(attrs['position'])} "
-            f"on {_article(background)} {background} background")
+    size = f"{attrs['size']} " if attrs.get("size") else ""
+    where = f" {position_phrase(attrs['position'])}" if attrs.get("position") else ""
+    return f"a {size}{attrs['colour']} {attrs['shape']}{where} on {_article(background)} {background} background"
 
 
 def attributes_of(prompt):
-    """The attributes of a grammar prompt (inverse of prompt_of)."""
-    words = prompt.split()
-    # a SIZE COLOUR SHAPE in the POSITION on a(n) BACKGROUND background
-    size, colour, shape = words[1], words[2], words[3]
-    tail = prompt.split(" in the ", 1)[1]
-    where, rest = tail.split(" on ", 1)
-    position = "middle center" if where == "center" else where
-    background = rest.split()[1]
+    """The attributes of a grammar prompt (inverse of prompt_of); an unsaid size or position is None."""
+    head, background_phrase = prompt.split(" on ", 1)
+    where = None
+    if " in the " in head:
+        head, where = head.split(" in the ", 1)
+    words = head.split()  # a [SIZE] COLOUR SHAPE
+    size = words[1] if len(words) == 4 else None
+    colour, shape = words[-2], words[-1]
+    position = None if where is None else ("middle center" if where == "center" else where)
+    background = background_phrase.split()[1]
     return {"shape": shape, "colour": colour, "background": background, "size": size, "position": position}
 
 
@@ -125,11 +131,18 @@ def render(attrs, size=64, seed=0, supersample=4):
 
 
 def sample(index, seed=0, attrs_list=None):
-    """The index-th sample of a seeded stream: (prompt, attributes, render seed)."""
+    """The index-th sample of a seeded stream: (prompt, attributes, render seed). The prompt leaves
+    the size (probability OMIT_SIZE) or the position (OMIT_POSITION) unsaid at times, so a short
+    prompt ("a red circle on a blue background") draws some size at some place."""
     attrs_list = attrs_list if attrs_list is not None else split()[0]
     rng = random.Random(f"{seed}:{index}")
     attrs = attrs_list[rng.randrange(len(attrs_list))]
-    return prompt_of(attrs), attrs, rng.randrange(2 ** 31)
+    said = dict(attrs)
+    if rng.random() < OMIT_SIZE:
+        said["size"] = None
+    if rng.random() < OMIT_POSITION:
+        said["position"] = None
+    return prompt_of(said), attrs, rng.randrange(2 ** 31)
 
 
 if __name__ == "__main__":
@@ -137,6 +150,8 @@ if __name__ == "__main__":
     print(len(train), "train prompts,", len(held), "held out")
     for attrs in all_attributes():
         assert attributes_of(prompt_of(attrs)) == attrs, attrs
+        short = {**attrs, "size": None, "position": None}
+        assert attributes_of(prompt_of(short)) == short, short
     for i in range(4):
         prompt, attrs, s = sample(i)
         print(prompt, render(attrs, seed=s).mean(axis=(0, 1)).round(1))

@@ -1,0 +1,271 @@
+#include "e2e/shape_classifier.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <numbers>
+#include <sstream>
+
+#include "xdit/core/error.h"
+
+namespace xdit::testing {
+namespace {
+
+struct Rgb {
+  double r, g, b;
+};
+
+// shapes.COLOURS, in colour_names() order.
+const std::vector<Rgb>& palette() {
+  static const std::vector<Rgb> colours = {{220, 40, 40},  {40, 170, 60},  {40, 80, 220},   {240, 210, 40},
+                                           {140, 60, 180}, {245, 140, 30}, {245, 245, 245}, {20, 20, 20}};
+  return colours;
+}
+
+double distance(const Rgb& a, const Rgb& b) { return std::hypot(a.r - b.r, a.g - b.g, a.b - b.b); }
+
+size_t nearest_colour(const Rgb& c) {
+  size_t best = 0;
+  for (size_t i = 1; i < palette().size(); ++i) {
+    if (distance(c, palette()[i]) < distance(c, palette()[best])) best = i;
+  }
+  return best;
+}
+
+Rgb pixel(const RgbImage& image, int64_t y, int64_t x) {
+  const uint8_t* p = &image.pixels[static_cast<size_t>((y * image.width + x) * 3)];
+  return {static_cast<double>(p[0]), static_cast<double>(p[1]), static_cast<double>(p[2])};
+}
+
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + static_cast<long>(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
+// A polygon in the shape's own units (radius 1, y down), as shapes.py draws it.
+using Polygon = std::vector<std::array<double, 2>>;
+
+Polygon template_polygon(const std::string& shape) {
+  if (shape == "square") return {{-0.85, -0.85}, {0.85, -0.85}, {0.85, 0.85}, {-0.85, 0.85}};
+  if (shape == "triangle") return {{0, -1}, {0.95, 0.8}, {-0.95, 0.8}};
+  if (shape == "diamond") return {{0, -1}, {1, 0}, {0, 1}, {-1, 0}};
+  if (shape == "cross") {
+    const double t = 0.38;
+    return {{-t, -1}, {t, -1}, {t, -t}, {1, -t}, {1, t}, {t, t}, {t, 1}, {-t, 1}, {-t, t}, {-1, t}, {-1, -t}, {-t, -t}};
+  }
+  if (shape == "star") {
+    Polygon points;
+    for (int k = 0; k < 10; ++k) {
+      const double radius = k % 2 == 0 ? 1.0 : 0.45;
+      const double angle = std::numbers::pi / 2 + k * std::numbers::pi / 5;
+      points.push_back({radius * std::cos(angle), -radius * std::sin(angle)});
+    }
+    return points;
+  }
+  Polygon circle;  // a 64-gon is a circle at these sizes
+  for (int k = 0; k < 64; ++k) {
+    const double angle = 2 * std::numbers::pi * k / 64;
+    circle.push_back({std::cos(angle), std::sin(angle)});
+  }
+  return circle;
+}
+
+bool inside(const Polygon& polygon, double x, double y) {
+  bool in = false;
+  for (size_t i = 0, j = polygon.size() - 1; i < polygon.size(); j = i++) {
+    const auto& a = polygon[i];
+    const auto& b = polygon[j];
+    if ((a[1] > y) != (b[1] > y) && x < (b[0] - a[0]) * (y - a[1]) / (b[1] - a[1]) + a[0]) in = !in;
+  }
+  return in;
+}
+
+struct Box {
+  int64_t top, left, bottom, right;  // inclusive
+};
+
+// The template's coverage of each pixel of `box`, the polygon's bounding box stretched over it
+// (4 x 4 samples per pixel, as the renderer's supersampling).
+std::vector<double> template_coverage(const Polygon& polygon, const Box& box) {
+  double min_x = 1e9, max_x = -1e9, min_y = 1e9, max_y = -1e9;
+  for (const auto& [x, y] : polygon) {
+    min_x = std::min(min_x, x), max_x = std::max(max_x, x), min_y = std::min(min_y, y), max_y = std::max(max_y, y);
+  }
+  const int64_t height = box.bottom - box.top + 1, width = box.right - box.left + 1;
+  std::vector<double> coverage(static_cast<size_t>(height * width), 0.0);
+  constexpr int kSamples = 4;
+  for (int64_t y = 0; y < height; ++y) {
+    for (int64_t x = 0; x < width; ++x) {
+      int hits = 0;
+      for (int sy = 0; sy < kSamples; ++sy) {
+        for (int sx = 0; sx < kSamples; ++sx) {
+          const double u = (x + (sx + 0.5) / kSamples) / width, v = (y + (sy + 0.5) / kSamples) / height;
+          hits += inside(polygon, min_x + u * (max_x - min_x), min_y + v * (max_y - min_y)) ? 1 : 0;
+        }
+      }
+      coverage[static_cast<size_t>(y * width + x)] = static_cast<double>(hits) / (kSamples * kSamples);
+    }
+  }
+  return coverage;
+}
+
+// The largest 4-connected region of `mask` ([H * W], row-major).
+std::vector<bool> largest_region(const std::vector<bool>& mask, int64_t height, int64_t width) {
+  std::vector<int> label(mask.size(), -1);
+  std::vector<bool> best;
+  size_t best_size = 0;
+  for (size_t start = 0; start < mask.size(); ++start) {
+    if (!mask[start] || label[start] >= 0) continue;
+    std::vector<bool> region(mask.size(), false);
+    std::vector<size_t> stack = {start};
+    label[start] = 1;
+    size_t size = 0;
+    while (!stack.empty()) {
+      const size_t at = stack.back();
+      stack.pop_back();
+      region[at] = true;
+      ++size;
+      const int64_t y = static_cast<int64_t>(at) / width, x = static_cast<int64_t>(at) % width;
+      const int64_t neighbours[4][2] = {{y - 1, x}, {y + 1, x}, {y, x - 1}, {y, x + 1}};
+      for (const auto& [ny, nx] : neighbours) {
+        if (ny < 0 || nx < 0 || ny >= height || nx >= width) continue;
+        const size_t next = static_cast<size_t>(ny * width + nx);
+        if (mask[next] && label[next] < 0) {
+          label[next] = 1;
+          stack.push_back(next);
+        }
+      }
+    }
+    if (size > best_size) best_size = size, best = std::move(region);
+  }
+  return best;
+}
+
+}  // namespace
+
+const std::vector<std::string>& shape_names() {
+  static const std::vector<std::string> names = {"circle", "square", "triangle", "diamond", "cross", "star"};
+  return names;
+}
+
+const std::vector<std::string>& colour_names() {
+  static const std::vector<std::string> names = {"red", "green", "blue", "yellow", "purple", "orange", "white", "black"};
+  return names;
+}
+
+ShapeReading read_shape_picture(const RgbImage& picture) {
+  const int64_t height = picture.height, width = picture.width;
+  XDIT_CHECK(height >= 8 && width >= 8, "read_shape_picture: a ", width, "x", height, " picture is too small");
+
+  // Background: the median of the outer two-pixel ring.
+  std::vector<double> ring[3];
+  for (int64_t y = 0; y < height; ++y) {
+    for (int64_t x = 0; x < width; ++x) {
+      if (y >= 2 && x >= 2 && y < height - 2 && x < width - 2) continue;
+      const Rgb c = pixel(picture, y, x);
+      ring[0].push_back(c.r), ring[1].push_back(c.g), ring[2].push_back(c.b);
+    }
+  }
+  const size_t background = nearest_colour({median(ring[0]), median(ring[1]), median(ring[2])});
+  const Rgb& back = palette()[background];
+
+  // Shape colour: the most common other palette colour among pixels clearly off the background.
+  std::vector<int> votes(palette().size(), 0);
+  for (int64_t y = 0; y < height; ++y) {
+    for (int64_t x = 0; x < width; ++x) {
+      const Rgb c = pixel(picture, y, x);
+      const size_t nearest = nearest_colour(c);
+      if (nearest != background && distance(c, back) > 60) ++votes[nearest];
+    }
+  }
+  votes[background] = -1;
+  const size_t colour = static_cast<size_t>(std::max_element(votes.begin(), votes.end()) - votes.begin());
+  ShapeReading reading;
+  reading.background = colour_names()[background];
+  if (votes[colour] == 0) return reading;  // no shape drawn
+  reading.colour = colour_names()[colour];
+
+  // Shape pixels: nearer the shape colour than the background along the line between them.
+  const Rgb& fore = palette()[colour];
+  const double span = std::pow(distance(fore, back), 2);
+  std::vector<bool> mask(static_cast<size_t>(height * width));
+  for (int64_t y = 0; y < height; ++y) {
+    for (int64_t x = 0; x < width; ++x) {
+      const Rgb c = pixel(picture, y, x);
+      const double along = ((c.r - back.r) * (fore.r - back.r) + (c.g - back.g) * (fore.g - back.g) +
+                            (c.b - back.b) * (fore.b - back.b)) / span;
+      mask[static_cast<size_t>(y * width + x)] = along > 0.5;
+    }
+  }
+  const std::vector<bool> region = largest_region(mask, height, width);
+  if (region.empty()) return reading;
+  Box box{height, width, -1, -1};
+  double sum_y = 0, sum_x = 0, area = 0;
+  for (int64_t y = 0; y < height; ++y) {
+    for (int64_t x = 0; x < width; ++x) {
+      if (!region[static_cast<size_t>(y * width + x)]) continue;
+      box.top = std::min(box.top, y), box.bottom = std::max(box.bottom, y);
+      box.left = std::min(box.left, x), box.right = std::max(box.right, x);
+      sum_y += y + 0.5, sum_x += x + 0.5, area += 1;
+    }
+  }
+
+  // Size: shapes.py draws a shape 0.22, 0.36 or 0.52 of the side across (+-8%; a square 0.85 of
+  // that), so the larger side of the box falls in one of three bands.
+  const double extent =
+      static_cast<double>(std::max(box.bottom - box.top, box.right - box.left) + 1) / static_cast<double>(width);
+  reading.size = extent < 0.28 ? "small" : extent < 0.42 ? "medium" : "large";
+  const auto third = [](double at, int64_t side) { return std::min<int64_t>(2, static_cast<int64_t>(3 * at / side)); };
+  static const char* const kRows[] = {"top", "middle", "bottom"};
+  static const char* const kColumns[] = {"left", "center", "right"};
+  reading.position = std::string(kRows[third(sum_y / area, height)]) + " " + kColumns[third(sum_x / area, width)];
+
+  // Shape: the template with the best soft intersection over union inside the box.
+  const int64_t box_width = box.right - box.left + 1;
+  for (const std::string& shape : shape_names()) {
+    const std::vector<double> coverage = template_coverage(template_polygon(shape), box);
+    double intersection = 0, union_ = 0;
+    for (int64_t y = box.top; y <= box.bottom; ++y) {
+      for (int64_t x = box.left; x <= box.right; ++x) {
+        const double t = coverage[static_cast<size_t>((y - box.top) * box_width + (x - box.left))];
+        const double m = region[static_cast<size_t>(y * width + x)] ? 1.0 : 0.0;
+        intersection += std::min(t, m);
+        union_ += std::max(t, m);
+      }
+    }
+    const double score = union_ > 0 ? intersection / union_ : 0.0;
+    if (score > reading.shape_score) reading.shape_score = score, reading.shape = shape;
+  }
+  return reading;
+}
+
+RgbImage crop_tile(const RgbImage& atlas, int row, int column, int tile) {
+  XDIT_CHECK((row + 1) * tile <= atlas.height && (column + 1) * tile <= atlas.width, "crop_tile: tile (", row, ", ",
+             column, ") is outside the ", atlas.width, "x", atlas.height, " atlas");
+  RgbImage out{tile, tile, std::vector<uint8_t>(static_cast<size_t>(tile * tile * 3))};
+  for (int y = 0; y < tile; ++y) {
+    const uint8_t* from = &atlas.pixels[static_cast<size_t>(((row * tile + y) * atlas.width + column * tile) * 3)];
+    std::copy(from, from + tile * 3, &out.pixels[static_cast<size_t>(y * tile * 3)]);
+  }
+  return out;
+}
+
+std::vector<PromptCase> read_prompt_cases(const std::string& path) {
+  std::ifstream in(path);
+  XDIT_CHECK(in.good(), path, ": cannot open");
+  std::string line;
+  std::getline(in, line);
+  XDIT_CHECK(line == "prompt\tshape\tcolour\tbackground\tsize\tposition", path, ": line 1 is not the expected header");
+  std::vector<PromptCase> cases;
+  for (int number = 2; std::getline(in, line); ++number) {
+    std::vector<std::string> fields;
+    std::stringstream row(line);
+    for (std::string field; std::getline(row, field, '\t');) fields.push_back(field);
+    XDIT_CHECK(fields.size() == 6, path, ":", number, ": expected 6 tab-separated fields, got ", fields.size());
+    cases.push_back({fields[0], fields[1], fields[2], fields[3], fields[4], fields[5]});
+  }
+  return cases;
+}
+
+}  // namespace xdit::testing
