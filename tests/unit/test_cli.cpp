@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -549,10 +550,22 @@ TEST_F(PipelineRegistryTest, UnsupportedFlagsAreRejectedBeforeTheModelIsRead) {
   EXPECT_TRUE(runs().empty());
 }
 
-TEST_F(PipelineRegistryTest, ModelFolderErrors) {
-  expect_error<xdit::NotSupported>([] { xdit::run_generation(RunOptions{}); },
-                                   {"without --model", "not supported yet"});
+TEST_F(PipelineRegistryTest, WithoutModelTheDemoModelRuns) {
+  const std::string demo = model_folder("demo_model", index_for(kTestPipeline));
+  ASSERT_EQ(setenv("XDIT_DEMO_MODEL", demo.c_str(), 1), 0);
+  xdit::run_generation(options_of({"--prompt", "a red circle"}));
+  ASSERT_EQ(runs().size(), 1u);
+  EXPECT_EQ(runs()[0].model, demo);
 
+  const std::string empty = model_folder("no_demo_model", "");
+  ASSERT_EQ(setenv("XDIT_DEMO_MODEL", empty.c_str(), 1), 0);
+  expect_error<xdit::UsageError>([] { xdit::run_generation(options_of({"--prompt", "a red circle"})); },
+                                 {"no --model given", empty, "XDIT_DEMO_MODEL"});
+  ASSERT_EQ(unsetenv("XDIT_DEMO_MODEL"), 0);
+  EXPECT_EQ(xdit::bundled_demo_model(), XDIT_SOURCE_DIR "/models/shapes-demo");
+}
+
+TEST_F(PipelineRegistryTest, ModelFolderErrors) {
   RunOptions hub;
   hub.model = "black-forest-labs/FLUX.2-klein-4B-not-a-folder";
   expect_error<xdit::NotSupported>([&] { xdit::run_generation(hub); },

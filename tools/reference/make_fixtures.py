@@ -22,6 +22,7 @@ def builders():
     import flux2
     import qwen_image
     import sd3
+    import shapes_demo
     import wan
     import z_image
 
@@ -33,6 +34,7 @@ def builders():
         "wan22-ti2v": wan.build_ti2v,
         "wan22-a14b": wan.build_a14b,
         "flux2-dev": flux2.build_dev,
+        shapes_demo.FAMILY: shapes_demo.build,  # the committed models/shapes-demo, loaded as it is
     }
 
 

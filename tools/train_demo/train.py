@@ -15,11 +15,15 @@ Phases, each time-boxed:
    convention: x_sigma = (1 - sigma) x0 + sigma noise, timestep = sigma (the pipeline passes t/1000),
    target = noise - x0 (FlowMatchEulerDiscreteScheduler.step does x + (sigma_next - sigma) * v);
    first with prompts padded to --text-len (64, cheap), then a last phase padded to --long-len (512,
-   the pipeline's max_sequence_length default, since the transformer attends to every pad token).
+   the pipeline's max_sequence_length default, since the transformer attends to every pad token);
+5. tune phases at the sigmas the pipeline runs (1.0, 0.955, 0.875, 0.701 for 64 image tokens and 4
+   steps) and at logit-normal sigmas shifted as it shifts them; --resume DIR runs only these on a
+   saved model.
 Each phase stops at its time box or at --steps-<phase>; training.json in the output records the counts.
 """
 import argparse
 import json
+import math
 import os
 import pathlib
 import sys
@@ -39,6 +43,7 @@ import flux2 as reference_flux2  # noqa: E402
 import shapes  # noqa: E402
 import text  # noqa: E402
 from diffusers import AutoencoderKLFlux2, Flux2KleinPipeline, Flux2Transformer2DModel  # noqa: E402
+from diffusers.pipelines.flux2.pipeline_flux2_klein import compute_empirical_mu  # noqa: E402
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 
 TAPS = (9, 18, 27)  # Flux2KleinPipeline's default text_encoder_out_layers
@@ -153,9 +158,21 @@ def set_bn_statistics(vae, latents):
         vae.bn.num_batches_tracked.fill_(len(latents))
 
 
-def train_dit(model, latents, embeds, minutes, max_steps, batch, seed, lr=5e-4, opt=None, first_step=0):
+def inference_shift(image_tokens, steps):
+    """(shift, sigmas): exp(mu) for FLUX.2's empirical mu at this many image tokens and steps, and
+    the sigmas the pipeline runs, its linear schedule mapped by s -> shift s / (1 + (shift - 1) s).
+    For the demo (64 tokens, 4 steps) the shift is 7.0 and the sigmas 1.0, 0.955, 0.875, 0.701."""
+    shift = math.exp(compute_empirical_mu(image_seq_len=image_tokens, num_steps=steps))
+    linear = torch.linspace(1.0, 1.0 / steps, steps)
+    return shift, shift * linear / (1 + (shift - 1) * linear)
+
+
+def train_dit(model, latents, embeds, minutes, max_steps, batch, seed, lr=5e-4, opt=None, first_step=0,
+              inference_sigmas=None):
     """latents: BN-normalised patchified [N, C, h, w]; embeds: [N, L, D] float16. Returns the model,
-    the optimiser and the step count, so that a second phase (longer prompt padding) continues."""
+    the optimiser and the step count, so that a second phase (longer prompt padding) continues.
+    sigma is logit-normal; with inference_sigmas, half the batch instead takes one of those sigmas
+    and the other half is shifted as the pipeline shifts them (see inference_shift)."""
     generator = torch.Generator().manual_seed(seed)
     opt = opt or torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     img_ids = Flux2KleinPipeline._prepare_latent_ids(latents[:1])
@@ -169,6 +186,11 @@ def train_dit(model, latents, embeds, minutes, max_steps, batch, seed, lr=5e-4, 
         noise = torch.randn(x0.shape, generator=generator)
         # logit-normal sigma (SD3 / FLUX training), shape [B, 1, 1]
         sigma = torch.sigmoid(torch.randn(batch, generator=generator))
+        if inference_sigmas is not None:
+            shift, exact = inference_sigmas
+            shifted = shift * sigma / (1 + (shift - 1) * sigma)
+            picked = exact[torch.randint(len(exact), (batch,), generator=generator)]
+            sigma = torch.where(torch.arange(batch) % 2 == 0, picked, shifted)
         s = sigma.view(-1, 1, 1)
         xt = (1 - s) * x0 + s * noise
         pred = model(hidden_states=xt, encoder_hidden_states=embeds[idx].float(), timestep=sigma,
@@ -197,8 +219,8 @@ def folder_size(folder):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "models/shapes-demo"))
-    parser.add_argument("--minutes-vae", type=float, default=20.0)
-    parser.add_argument("--minutes-dit", type=float, default=48.0)
+    parser.add_argument("--minutes-vae", type=float, default=15.0)
+    parser.add_argument("--minutes-dit", type=float, default=53.0)
     parser.add_argument("--size", type=int, default=64, help="picture side in pixels (multiple of 8)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", type=int, default=4096, help="size of the fixed training set")
@@ -212,7 +234,16 @@ def main():
                         help="training samples whose prompts are also encoded at --long-len")
     parser.add_argument("--batch", type=int, default=32, help="batch of the VAE and main transformer phases "
                         "(the --long-len phase uses a quarter of it)")
-    for phase in ("vae", "dit", "long"):
+    parser.add_argument("--minutes-tune-short", type=float, default=0.0,
+                        help="minutes of a tuning phase like --minutes-tune but at --text-len and the full batch, "
+                             "before it (0 skips it)")
+    parser.add_argument("--minutes-tune", type=float, default=6.5,
+                        help="minutes of the tuning phase at --long-len: half of each batch at the sigmas the "
+                             "pipeline runs by default (4 steps), half at sigmas shifted as they are (0 skips it)")
+    parser.add_argument("--resume", metavar="DIR",
+                        help="load a saved model and run only the tuning phase (how the committed model's last "
+                             "phase ran; the same as one run, since the phase starts a fresh optimiser)")
+    for phase in ("vae", "dit", "long", "tune_short", "tune"):
         parser.add_argument(f"--steps-{phase}", type=int, default=None,
                             help=f"stop the {phase} phase after this many steps (with a generous --minutes-{phase}, "
                                  "a run that does not depend on the machine's speed)")
@@ -242,12 +273,20 @@ def main():
     log(f"data: {samples} samples ({len(set(prompts))} prompts) at {args.size}px; "
         f"{len(train_attrs)} train / {len(held)} held-out prompts in the grammar")
 
-    tokenizer = build_tokenizer(args.seed)
-    text_encoder = build_text_encoder(len(tokenizer), args.seed + 1)
-    torch.manual_seed(args.seed + 2)
-    vae = build_vae(args.size)
-    torch.manual_seed(args.seed + 3)
-    transformer = build_transformer()
+    previous = {}
+    if args.resume:
+        saved = Flux2KleinPipeline.from_pretrained(args.resume, dtype=torch.float32)
+        tokenizer, text_encoder, vae, transformer = saved.tokenizer, saved.text_encoder, saved.vae, saved.transformer
+        text_encoder.requires_grad_(False)
+        previous = json.loads((pathlib.Path(args.resume) / "training.json").read_text())
+        log(f"resumed {args.resume}: {previous.get('dit_steps')} transformer steps so far")
+    else:
+        tokenizer = build_tokenizer(args.seed)
+        text_encoder = build_text_encoder(len(tokenizer), args.seed + 1)
+        torch.manual_seed(args.seed + 2)
+        vae = build_vae(args.size)
+        torch.manual_seed(args.seed + 3)
+        transformer = build_transformer()
     log(f"parameters: text encoder {count(text_encoder):,}, vae {count(vae):,}, transformer {count(transformer):,}")
 
     def encode(subset, length):
@@ -257,38 +296,64 @@ def main():
         log(f"text: {len(unique)} prompts encoded to {tuple(cache.shape)} (std {cache.float().std():.3f})")
         return cache[torch.tensor([row[p] for p in subset])]
 
-    embeds = encode(prompts, args.text_len)
+    needs_short = not args.resume or args.minutes_tune_short > 0
+    embeds = encode(prompts, args.text_len) if needs_short else None
     long_count = min(samples, 16 if args.smoke else args.long_samples)
-    long_embeds = encode(prompts[:long_count], args.long_len) if args.minutes_long > 0 else None
+    needs_long = args.minutes_tune > 0 or (args.minutes_long > 0 and not args.resume)
+    long_embeds = encode(prompts[:long_count], args.long_len) if needs_long else None
 
-    vae, vae_steps = train_vae(vae, images, args.minutes_vae, max_steps("vae"), batch, args.seed + 4)
-    latents = encode_latents(vae, images)
-    set_bn_statistics(vae, latents)
+    if args.resume:
+        vae_steps = previous["vae_steps"]
+        latents = encode_latents(vae, images)
+    else:
+        vae, vae_steps = train_vae(vae, images, args.minutes_vae, max_steps("vae"), batch, args.seed + 4)
+        latents = encode_latents(vae, images)
+        set_bn_statistics(vae, latents)
     mean = vae.bn.running_mean.view(1, -1, 1, 1)
     std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps)
     normalised = (latents - mean) / std
     log(f"latents {tuple(latents.shape)}: bn mean |.| {mean.abs().mean():.3f}, std {std.mean():.3f}")
 
-    transformer, opt, steps = train_dit(transformer, normalised, embeds, args.minutes_dit, max_steps("dit"), batch,
-                                        args.seed + 5)
-    if long_embeds is not None:
-        # The pipeline pads prompts to max_sequence_length (512 by default) and the transformer
-        # attends to every padding token; the main phase uses short padding (8x cheaper), this last
-        # phase teaches the model the pipeline's default padding.
-        transformer, opt, steps = train_dit(transformer, normalised[:long_count], long_embeds, args.minutes_long,
-                                            max_steps("long"), max(1, batch // 4), args.seed + 6, opt=opt,
-                                            first_step=steps)
+    if args.resume:
+        steps = previous["dit_steps"]
+    else:
+        transformer, opt, steps = train_dit(transformer, normalised, embeds, args.minutes_dit, max_steps("dit"),
+                                            batch, args.seed + 5)
+        if args.minutes_long > 0:
+            # The pipeline pads prompts to max_sequence_length (512 by default) and the transformer
+            # attends to every padding token; the main phase uses short padding (8x cheaper), this
+            # phase teaches the model the pipeline's default padding.
+            transformer, opt, steps = train_dit(transformer, normalised[:long_count], long_embeds, args.minutes_long,
+                                                max_steps("long"), max(1, batch // 4), args.seed + 6, opt=opt,
+                                                first_step=steps)
+    # Logit-normal sigmas seldom exceed 0.9, yet the pipeline's 4 steps all run at 0.70 and above,
+    # where only the prompt tells what to draw; the tune phases train there, each with a fresh optimiser.
+    sigmas = inference_shift((args.size // 8) ** 2, 4)
+    tune_short_steps = tune_steps = 0
+    if args.minutes_tune_short > 0:
+        transformer, _, tune_short_steps = train_dit(transformer, normalised, embeds, args.minutes_tune_short,
+                                                     max_steps("tune_short"), batch, args.seed + 8, lr=2e-4,
+                                                     inference_sigmas=sigmas)
+    if args.minutes_tune > 0:
+        transformer, _, tune_steps = train_dit(transformer, normalised[:long_count], long_embeds, args.minutes_tune,
+                                               max_steps("tune"), max(1, batch // 4), args.seed + 7, lr=2e-4,
+                                               inference_sigmas=sigmas)
 
     scheduler = reference_flux2.scheduler()
     pipeline = Flux2KleinPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
                                   transformer=transformer, is_distilled=True)
     out = pathlib.Path(args.out)
     pipeline.save_pretrained(out, safe_serialization=True)
-    info = {"seed": args.seed, "size": args.size, "samples": samples, "text_len": args.text_len,
-            "long_len": args.long_len, "minutes_long": args.minutes_long, "vae_steps": vae_steps,
-            "long_samples": long_count, "dit_steps": steps,
-            "minutes_vae": args.minutes_vae, "minutes_dit": args.minutes_dit, "smoke": args.smoke,
-            "held_out_fraction": 0.1, "seconds": round(time.time() - t0)}
+    info = {**previous, "seed": args.seed, "size": args.size, "samples": samples, "text_len": args.text_len,
+            "long_len": args.long_len, "vae_steps": vae_steps, "long_samples": long_count, "dit_steps": steps,
+            "smoke": args.smoke,
+            "held_out_fraction": 0.1, "seconds": previous.get("seconds", 0) + round(time.time() - t0)}
+    if not args.resume:
+        info.update(minutes_vae=args.minutes_vae, minutes_dit=args.minutes_dit, minutes_long=args.minutes_long)
+    # Every run appends its tune phases, so a resumed model's lineage stays on record.
+    info["tune_runs"] = previous.get("tune_runs", []) + [
+        {"minutes_tune_short": args.minutes_tune_short, "tune_short_steps": tune_short_steps,
+         "minutes_tune": args.minutes_tune, "tune_steps": tune_steps, "seconds": round(time.time() - t0)}]
     (out / "training.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     size = folder_size(out)
     log(f"saved {out}: {size / 1e6:.2f} MB ({'OK' if size <= 20 * 10 ** 6 else 'OVER 20 MB'})")

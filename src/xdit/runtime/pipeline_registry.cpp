@@ -3,6 +3,7 @@
 #include "xdit/io/diffusers.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -56,18 +57,30 @@ std::vector<std::string> registered_pipelines() {
   return names;
 }
 
+std::string bundled_demo_model() {
+  const char* from_environment = std::getenv("XDIT_DEMO_MODEL");
+  const std::string folder = from_environment && *from_environment ? from_environment : XDIT_DEMO_MODEL_DIR;
+  if (!std::filesystem::is_regular_file(std::filesystem::path(folder) / "model_index.json")) {
+    throw UsageError(concat_message("no --model given, and the bundled demo model is not at ", folder,
+                                    from_environment && *from_environment ? " (XDIT_DEMO_MODEL)" : "",
+                                    "; pass --model <diffusers folder>"));
+  }
+  return folder;
+}
+
 void run_generation(const RunOptions& options) {
   reject_unsupported(options);
-  if (!options.model) throw NotSupported("running without --model (the bundled demo model)");
-  const std::filesystem::path folder(*options.model);
+  RunOptions resolved = options;
+  if (!resolved.model) resolved.model = bundled_demo_model();
+  const std::filesystem::path folder(*resolved.model);
   if (!std::filesystem::is_directory(folder)) {
-    throw NotSupported(concat_message("--model ", *options.model, " is not a local folder; Hub repo ids"));
+    throw NotSupported(concat_message("--model ", *resolved.model, " is not a local folder; Hub repo ids"));
   }
   const std::string pipeline_class = DiffusersRepo::open(folder.string()).pipeline_class();
   const PipelineSpec* spec = find_pipeline(pipeline_class);
   if (!spec) throw NotSupported("pipeline class " + pipeline_class);
-  validate_for_pipeline(options, *spec);
-  spec->run(options);
+  validate_for_pipeline(resolved, *spec);
+  spec->run(resolved);
 }
 
 }  // namespace xdit

@@ -27,8 +27,13 @@ const PipelineSpec* find_pipeline(std::string_view pipeline_class);
 
 std::vector<std::string> registered_pipelines();  // sorted
 
-// Runs a generation command: rejects what is not built yet, reads <model>/model_index.json, finds
-// the pipeline for its _class_name, checks the options against it and runs it.
+// The bundled demo model's folder: $XDIT_DEMO_MODEL when set, else models/shapes-demo in the
+// source tree this binary was built from. Throws a usage error when it holds no model.
+std::string bundled_demo_model();
+
+// Runs a generation command: rejects what is not built yet, reads <model>/model_index.json (the
+// bundled demo model's without --model), finds the pipeline for its _class_name, checks the
+// options against it and runs it.
 void run_generation(const RunOptions& options);
 
 }  // namespace xdit

@@ -286,7 +286,7 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::vector<FlagInfo>& infos) {
   FlagSet flags(app, infos);
 
   flags.group("Input and output");
-  flags.optional("--model", o.model, "TEXT", "the bundled demo model (not supported yet)",
+  flags.optional("--model", o.model, "TEXT", "the bundled demo model",
                  "Local diffusers folder (model_index.json and component folders), or Hugging Face Hub repo id "
                  "(not supported yet)");
   flags.list("--prompt", o.prompts, "TEXT", "none", "Prompt; several values or repeated flags give one output each");
