@@ -241,8 +241,8 @@ def main():
                         help="minutes of the tuning phase at --long-len: half of each batch at the sigmas the "
                              "pipeline runs by default (4 steps), half at sigmas shifted as they are (0 skips it)")
     parser.add_argument("--resume", metavar="DIR",
-                        help="load a saved model and run only the tuning phase (how the committed model's last "
-                             "phase ran; the same as one run, since the phase starts a fresh optimiser)")
+                        help="load a saved model and run only the tune phases (how the committed model's last "
+                             "phases ran; the same as in one run, since each starts a fresh optimiser)")
     for phase in ("vae", "dit", "long", "tune_short", "tune"):
         parser.add_argument(f"--steps-{phase}", type=int, default=None,
                             help=f"stop the {phase} phase after this many steps (with a generous --minutes-{phase}, "

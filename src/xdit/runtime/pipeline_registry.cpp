@@ -58,12 +58,12 @@ std::vector<std::string> registered_pipelines() {
 }
 
 std::string bundled_demo_model() {
-  const char* from_environment = std::getenv("XDIT_DEMO_MODEL");
-  const std::string folder = from_environment && *from_environment ? from_environment : XDIT_DEMO_MODEL_DIR;
+  const char* environment = std::getenv("XDIT_DEMO_MODEL");
+  const bool from_environment = environment && *environment;
+  const std::string folder = from_environment ? environment : XDIT_DEMO_MODEL_DIR;
   if (!std::filesystem::is_regular_file(std::filesystem::path(folder) / "model_index.json")) {
     throw UsageError(concat_message("no --model given, and the bundled demo model is not at ", folder,
-                                    from_environment && *from_environment ? " (XDIT_DEMO_MODEL)" : "",
-                                    "; pass --model <diffusers folder>"));
+                                    from_environment ? " (XDIT_DEMO_MODEL)" : "", "; pass --model <diffusers folder>"));
   }
   return folder;
 }
