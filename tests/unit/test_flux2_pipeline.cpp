@@ -167,6 +167,7 @@ TEST(Flux2Cli, WritesThePngOfTheFixtureImageTwiceIdentically) {
   EXPECT_EQ(fields["prompt"], "A red fox jumps over a sleeping dog, photographed at golden hour.");
   EXPECT_EQ(fields["seed"], "42");
   EXPECT_EQ(fields["steps"], "3");
+  EXPECT_EQ(fields["guidance_scale"], "none");  // klein distilled runs no guidance
   EXPECT_EQ(fields["size"], "48x32");
   EXPECT_EQ(fields["dtype"], "f32");
 }

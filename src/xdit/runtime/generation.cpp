@@ -48,11 +48,11 @@ void check_image_size(const ImageSettings& s, int64_t multiple, const std::strin
 }
 
 PngText image_metadata(const RunOptions& options, std::string_view pipeline, const ImageSettings& s,
-                       double guidance_scale) {
+                       std::optional<double> guidance_scale) {
   return {{"model", options.model.value_or("")},
           {"pipeline", std::string(pipeline)},
           {"steps", std::to_string(s.num_inference_steps)},
-          {"guidance_scale", concat_message(guidance_scale)},
+          {"guidance_scale", guidance_scale ? concat_message(*guidance_scale) : "none"},
           {"size", concat_message(s.width, "x", s.height)},
           {"dtype", std::string(dtype_name(s.dtype))},
           {"gemm_quantization", s.fp8_transformer ? "fp8" : "none"}};

@@ -41,9 +41,10 @@ ImageSettings image_settings(const RunOptions& options, int64_t default_size, in
 // Throws a UsageError naming the size and the model folder unless both sides are multiples of `multiple`.
 void check_image_size(const ImageSettings& settings, int64_t multiple, const std::string& model_folder);
 
-// The PNG metadata of a run: model, pipeline, steps, guidance, size, dtype, weight format.
+// The PNG metadata of a run: model, pipeline, steps, guidance, size, dtype, weight format. A
+// guidance_scale of nullopt (a model that runs no guidance, such as a distilled one) is "none".
 PngText image_metadata(const RunOptions& options, std::string_view pipeline, const ImageSettings& settings,
-                       double guidance_scale);
+                       std::optional<double> guidance_scale);
 
 struct ImageBatch {
   Tensor images;  // [B, H, W, 3] F32 in [0, 1], one per prompt of the call

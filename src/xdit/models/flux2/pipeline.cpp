@@ -215,8 +215,11 @@ void run(const RunOptions& options) {
   Progress progress(options.quiet);
   const Pipeline pipeline = Pipeline::open(*options.model);
   const Settings settings = pipeline.settings_for(options, progress);
+  // A distilled klein runs no guidance at all, whatever --guidance_scale says.
+  const std::optional<double> guidance =
+      pipeline.variant() == Variant::KleinDistilled ? std::nullopt : std::optional(settings.guidance_scale);
   run_image_generation(
-      options, image_metadata(options, variant_name(pipeline.variant()), settings, settings.guidance_scale),
+      options, image_metadata(options, variant_name(pipeline.variant()), settings, guidance),
       [&](const std::vector<std::string>& prompts, const std::vector<std::string>& negatives) {
         return pipeline.generate(prompts, negatives, settings, progress);
       },
