@@ -69,6 +69,24 @@ TEST(Flux2Pipeline, VariantsAndDefaults) {
   testing::expect_error<UsageError>([&] { dev.settings_for(options, quiet); }, {"--negative_prompt"});
 }
 
+TEST(Flux2Pipeline, TokenizerModelMaxLengthCapsTheDefaultSequenceLength) {
+  Progress quiet(true);
+  RunOptions options;
+  const Pipeline klein = Pipeline::open(testing::fixture_model_dir("flux2-klein").string());
+  EXPECT_EQ(klein.settings_for(options, quiet).max_sequence_length, 512);  // model_max_length 131072
+
+  const std::filesystem::path folder = testing::scratch_folder("flux2_short_tokenizer") / "klein";
+  std::filesystem::copy(testing::fixture_model_dir("flux2-klein"), folder, std::filesystem::copy_options::recursive);
+  const std::filesystem::path config_path = folder / "tokenizer" / "tokenizer_config.json";
+  nlohmann::json config = nlohmann::json::parse(testing::read_text(config_path));
+  config["model_max_length"] = 64;
+  testing::write_text(config_path, config.dump());
+  const Pipeline short_tokenizer = Pipeline::open(folder.string());
+  EXPECT_EQ(short_tokenizer.settings_for(options, quiet).max_sequence_length, 64);
+  options.max_sequence_length = 100;
+  EXPECT_EQ(short_tokenizer.settings_for(options, quiet).max_sequence_length, 100);
+}
+
 TEST(Flux2Pipeline, NoiseIsDiffusersNoise) {
   const ReferenceFile reference = ReferenceFile::load("flux2-klein");
   const Tensor expected = reference.tensor("pipeline.noise");  // [1, 96, 128], packed

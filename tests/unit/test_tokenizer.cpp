@@ -326,3 +326,20 @@ TEST(Tokenizer, ConfigReadsTheSpecialTokens) {
   expect_error([] { TokenizerConfig::load("/nonexistent/tokenizer_config.json"); },
                {"/nonexistent/tokenizer_config.json"});
 }
+
+TEST(Tokenizer, ConfigReadsModelMaxLength) {
+  const auto load = [](const std::string& name, const std::string& text) {
+    const fs::path path = scratch_folder(name) / "tokenizer_config.json";
+    write_text(path, text);
+    return path;
+  };
+  EXPECT_EQ(TokenizerConfig::load(load("tok_max_64", R"({"model_max_length": 64})")).model_max_length, 64);
+  EXPECT_FALSE(TokenizerConfig::load(load("tok_max_none", "{}")).model_max_length.has_value());
+  // transformers' VERY_LARGE_INTEGER, int(1e30), is its "no limit".
+  EXPECT_FALSE(TokenizerConfig::load(load("tok_max_huge", R"({"model_max_length": 1000000000000000019884624838656})"))
+                   .model_max_length.has_value());
+  const fs::path zero = load("tok_max_zero", R"({"model_max_length": 0})");
+  expect_error([&] { TokenizerConfig::load(zero); }, {zero.string(), "model_max_length", "positive"});
+  const fs::path text = load("tok_max_text", R"({"model_max_length": "64"})");
+  expect_error([&] { TokenizerConfig::load(text); }, {text.string(), "model_max_length"});
+}

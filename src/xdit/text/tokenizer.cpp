@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -459,7 +460,18 @@ TokenizerConfig TokenizerConfig::load(const std::filesystem::path& path) {
       config.fail_field(field, "is " + quote(value) + "; expected \"left\" or \"right\"");
     return value;
   };
-  return {token("bos_token"), token("eos_token"), token("pad_token"), side("padding_side"), side("truncation_side")};
+  auto max_length = [&]() -> std::optional<int64_t> {
+    constexpr std::string_view kField = "model_max_length";
+    if (!config.has(kField)) return std::nullopt;
+    const json& value = config.json().at(std::string(kField));
+    if (value.is_number_float() && value.get<double>() > static_cast<double>(std::numeric_limits<int64_t>::max()))
+      return std::nullopt;
+    const int64_t length = config.get_int(kField);
+    if (length < 1) config.fail_field(kField, concat_message("is ", length, "; expected a positive token count"));
+    return length;
+  };
+  return {token("bos_token"),    token("eos_token"),       token("pad_token"),
+          side("padding_side"), side("truncation_side"), max_length()};
 }
 
 int64_t right_padding_id(const Tokenizer& tokenizer, const TokenizerConfig& config,

@@ -25,9 +25,12 @@ struct TokenizerConfig {
   std::optional<std::string> bos_token, eos_token, pad_token;
   std::string padding_side = "right";     // "left" or "right"
   std::string truncation_side = "right";  // "left" or "right"
+  // The longest input the tokenizer declares; absent for none, or for transformers' "no limit"
+  // (it writes int(1e30), beyond any integer type).
+  std::optional<int64_t> model_max_length;
 
-  // Reads the token fields, given as strings or as {"content": ...} objects, and the sides.
-  // Throws naming the path (and the field) for a missing or malformed file.
+  // Reads the token fields, given as strings or as {"content": ...} objects, the sides and
+  // model_max_length. Throws naming the path (and the field) for a missing or malformed file.
   static TokenizerConfig load(const std::filesystem::path& path);
 };
 

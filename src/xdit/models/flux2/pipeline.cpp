@@ -1,5 +1,6 @@
 #include "xdit/models/flux2/pipeline.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "xdit/runtime/generation.h"
 #include "xdit/runtime/pipeline_registry.h"
 #include "xdit/sched/flow_match.h"
+#include "xdit/text/tokenizer.h"
 
 namespace xdit::flux2 {
 namespace {
@@ -43,8 +45,13 @@ std::string_view variant_name(Variant variant) {
   return "FLUX.2";
 }
 
-Pipeline::Pipeline(DiffusersRepo repo, Variant variant, int64_t vae_scale_factor, int64_t default_size)
-    : repo_(std::move(repo)), variant_(variant), vae_scale_factor_(vae_scale_factor), default_size_(default_size) {}
+Pipeline::Pipeline(DiffusersRepo repo, Variant variant, int64_t vae_scale_factor, int64_t default_size,
+                   int64_t default_max_sequence_length)
+    : repo_(std::move(repo)),
+      variant_(variant),
+      vae_scale_factor_(vae_scale_factor),
+      default_size_(default_size),
+      default_max_sequence_length_(default_max_sequence_length) {}
 
 Pipeline Pipeline::open(const std::string& folder) {
   DiffusersRepo repo = DiffusersRepo::open(folder);
@@ -66,13 +73,19 @@ Pipeline Pipeline::open(const std::string& folder) {
   // sample_size (1024) for the published checkpoints. The VAE's sample_size comes first, so a
   // model trained at another size (the bundled demo model, 64) gets its own.
   const int64_t default_size = vae_config.sample_size.value_or(128 * vae_scale_factor);
-  return Pipeline(std::move(repo), variant, vae_scale_factor, default_size);
+  // diffusers pads prompts to max_sequence_length 512 whatever the tokenizer says. A tokenizer that
+  // declares a shorter model_max_length (the demo model's 64: it was trained at that length) caps
+  // the default, since the transformer attends to every padding token.
+  const TokenizerConfig tokenizer = TokenizerConfig::load(repo.component_file("tokenizer", "tokenizer_config.json"));
+  const int64_t default_max_sequence_length = std::min<int64_t>(512, tokenizer.model_max_length.value_or(512));
+  return Pipeline(std::move(repo), variant, vae_scale_factor, default_size, default_max_sequence_length);
 }
 
 Settings Pipeline::settings_for(const RunOptions& options, Progress& progress) const {
   // diffusers' defaults: klein distilled 4 steps; klein base and dev 50 steps at guidance 4.
   Settings s;
   static_cast<ImageSettings&>(s) = image_settings(options, default_size_, variant_ == Variant::KleinDistilled ? 4 : 50);
+  s.max_sequence_length = options.max_sequence_length.value_or(static_cast<int>(default_max_sequence_length_));
   s.guidance_scale = options.guidance_scale.value_or(4.0);
   if (variant_ == Variant::KleinDistilled) {
     if (options.guidance_scale && *options.guidance_scale > 1.0) {

@@ -56,12 +56,14 @@ class Pipeline {
                   const Settings& settings, Progress& progress) const;
 
  private:
-  Pipeline(DiffusersRepo repo, Variant variant, int64_t vae_scale_factor, int64_t default_size);
+  Pipeline(DiffusersRepo repo, Variant variant, int64_t vae_scale_factor, int64_t default_size,
+           int64_t default_max_sequence_length);
 
   DiffusersRepo repo_;
   Variant variant_;
   int64_t vae_scale_factor_;
-  int64_t default_size_;  // height and width when the command line gives none
+  int64_t default_size_;                 // height and width when the command line gives none
+  int64_t default_max_sequence_length_;  // prompt tokens when the command line gives none
 };
 
 }  // namespace xdit::flux2
