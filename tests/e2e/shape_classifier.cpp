@@ -211,11 +211,6 @@ ShapeReading read_shape_picture(const RgbImage& picture) {
     }
   }
 
-  // Size: shapes.py draws a shape 0.22, 0.36 or 0.52 of the side across (+-8%; a square 0.85 of
-  // that), so the larger side of the box falls in one of three bands.
-  const double extent =
-      static_cast<double>(std::max(box.bottom - box.top, box.right - box.left) + 1) / static_cast<double>(width);
-  reading.size = extent < 0.28 ? "small" : extent < 0.42 ? "medium" : "large";
   const auto third = [](double at, int64_t side) { return std::min<int64_t>(2, static_cast<int64_t>(3 * at / side)); };
   static const char* const kRows[] = {"top", "middle", "bottom"};
   static const char* const kColumns[] = {"left", "center", "right"};
@@ -237,6 +232,18 @@ ShapeReading read_shape_picture(const RgbImage& picture) {
     const double score = union_ > 0 ? intersection / union_ : 0.0;
     if (score > reading.shape_score) reading.shape_score = score, reading.shape = shape;
   }
+
+  // Size: shapes.py draws a circle 0.30, 0.42 or 0.54 of the side across (+-8%), and another
+  // shape at the same scale, so a square spans 0.85 of that and a triangle 0.95. The box's larger
+  // side over the template's extent falls in one of three bands.
+  double min_x = 1e9, max_x = -1e9, min_y = 1e9, max_y = -1e9;
+  for (const auto& [x, y] : template_polygon(reading.shape)) {
+    min_x = std::min(min_x, x), max_x = std::max(max_x, x), min_y = std::min(min_y, y), max_y = std::max(max_y, y);
+  }
+  const double template_extent = std::max(max_x - min_x, max_y - min_y) / 2;
+  const double extent = static_cast<double>(std::max(box.bottom - box.top, box.right - box.left) + 1) /
+                        static_cast<double>(width) / template_extent;
+  reading.size = extent < 0.355 ? "small" : extent < 0.476 ? "medium" : "large";
   return reading;
 }
 

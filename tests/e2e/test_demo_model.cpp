@@ -1,13 +1,13 @@
 // The bundled demo model (models/shapes-demo): the same picture as diffusers, prompt adherence on
 // held-out prompts read back by the pixel classifier, and the CLI running it without --model.
 //
-// The adherence test draws the first 12 held-out prompts; XDIT_ADHERENCE_PROMPTS=N (or "all")
-// measures more, as docs/getting-started.md records, and XDIT_ADHERENCE_ARGS adds xdit flags
-// (another --max_sequence_length or step count). Colours and shapes are held to the demo model's
-// targets; size and position are reported only. The committed model does not meet the targets yet
-// (docs/getting-started.md), so the test runs on request only:
-//   build/bin/test_demo_model --gtest_also_run_disabled_tests --gtest_filter='*FollowsHeldOutPrompts'
-// It is enabled again with the retrained model (issue 5).
+// The adherence tests draw the first 12 held-out prompts once and share the readings;
+// XDIT_ADHERENCE_PROMPTS=N (or "all") measures more, as docs/getting-started.md records, and
+// XDIT_ADHERENCE_ARGS adds xdit flags (another guidance scale or step count). Colours and shapes
+// are held to the demo model's targets; size and position are reported only. The committed model
+// meets the colour targets but not yet the shape target (docs/getting-started.md, issue 5), so the
+// shape test runs on request only:
+//   build/bin/test_demo_model --gtest_also_run_disabled_tests --gtest_filter='*HeldOut*'
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,9 +42,18 @@ TEST(DemoModel, ImagesMatchDiffusersInF32) {
   for (const std::string name : {"pipeline0", "pipeline1"}) {
     SCOPED_TRACE(name);
     const FixtureCall call = fixture_call(reference, name, DType::F32);
-    flux2::Settings settings;
-    static_cast<ImageSettings&>(settings) = call.settings;
+    // The fixture gave diffusers the model's defaults explicitly; xdit must find them on its own:
+    // the step count and guidance of a klein base model, and the tokenizer's model_max_length.
+    RunOptions options;
+    options.height = static_cast<int>(call.settings.height);
+    options.width = static_cast<int>(call.settings.width);
+    options.seed = call.settings.seed;
+    options.dtype = DType::F32;
     Progress quiet(true);
+    const flux2::Settings settings = pipeline.settings_for(options, quiet);
+    EXPECT_EQ(settings.num_inference_steps, call.settings.num_inference_steps);
+    EXPECT_DOUBLE_EQ(settings.guidance_scale, call.guidance_scale);
+    EXPECT_EQ(settings.max_sequence_length, call.json.get_int("max_sequence_length"));
     const Tensor image = pipeline.generate({call.prompt}, {}, settings, quiet).images;
     const double db = psnr(image, reference.tensor(name + ".image"));
     std::printf("%s: f32 PSNR %.1f dB against diffusers\n", name.c_str(), db);
@@ -65,11 +74,18 @@ struct Tally {
   double accuracy() const { return total ? static_cast<double>(right) / static_cast<double>(total) : 0.0; }
 };
 
-TEST(DemoModel, DISABLED_FollowsHeldOutPrompts) {
+struct Adherence {
+  Tally colour, background, shape, size, position;
+  std::string failure;  // why the prompts could not be drawn, if they could not
+};
+
+// Draws the held-out prompts with xdit and reads each picture back.
+Adherence measure_adherence() {
+  Adherence result;
   const std::vector<PromptCase> all =
       read_prompt_cases((fs::path(XDIT_SOURCE_DIR) / "tests/e2e/held_out_prompts.tsv").string());
   const std::vector<PromptCase> cases(all.begin(), all.begin() + static_cast<long>(prompts_to_draw(all.size())));
-  Tally colour, background, shape, size, position;
+  auto& [colour, background, shape, size, position, failure] = result;
   std::map<std::string, std::map<std::string, int>> confusion;  // expected shape -> read shape -> count
   for (size_t first = 0; first < cases.size(); first += kPromptsPerCall) {
     const size_t count = std::min(kPromptsPerCall, cases.size() - first);
@@ -80,7 +96,10 @@ TEST(DemoModel, DISABLED_FollowsHeldOutPrompts) {
                             " --output_name p --batch_size " + std::to_string(count) + " --prompt";
     for (size_t i = first; i < first + count; ++i) arguments.append(" '").append(cases[i].prompt).append("'");
     const ProcessResult run = run_xdit(arguments);
-    ASSERT_EQ(run.exit_code, 0) << run.err;
+    if (run.exit_code != 0) {
+      failure = "xdit failed: " + run.err;
+      return result;
+    }
     for (size_t i = 0; i < count; ++i) {
       const PromptCase& expected = cases[first + i];
       const std::string name = count == 1 ? "p.png" : "p_" + std::to_string(i) + ".png";
@@ -107,9 +126,26 @@ TEST(DemoModel, DISABLED_FollowsHeldOutPrompts) {
     for (const auto& [read, n] : reads) std::printf(" %s %d", read.c_str(), n);
     std::printf("\n");
   }
-  EXPECT_GE(colour.accuracy(), kMinColourAccuracy);
-  EXPECT_GE(background.accuracy(), kMinColourAccuracy);
-  EXPECT_GE(shape.accuracy(), kMinShapeAccuracy);
+  return result;
+}
+
+// Measured once per test binary run, for both tests.
+const Adherence& adherence() {
+  static const Adherence measured = measure_adherence();
+  return measured;
+}
+
+TEST(DemoModel, DrawsHeldOutPromptColours) {
+  const Adherence& measured = adherence();
+  ASSERT_TRUE(measured.failure.empty()) << measured.failure;
+  EXPECT_GE(measured.colour.accuracy(), kMinColourAccuracy);
+  EXPECT_GE(measured.background.accuracy(), kMinColourAccuracy);
+}
+
+TEST(DemoModel, DISABLED_DrawsHeldOutPromptShapes) {
+  const Adherence& measured = adherence();
+  ASSERT_TRUE(measured.failure.empty()) << measured.failure;
+  EXPECT_GE(measured.shape.accuracy(), kMinShapeAccuracy);
 }
 
 TEST(DemoModel, CliRunsItWithoutModel) {
@@ -125,7 +161,8 @@ TEST(DemoModel, CliRunsItWithoutModel) {
   EXPECT_EQ(picture.width, 64);
   const std::map<std::string, std::string> fields(text.begin(), text.end());
   EXPECT_EQ(fields.at("model"), bundled_demo_model());
-  EXPECT_EQ(fields.at("steps"), "4");
+  EXPECT_EQ(fields.at("steps"), "50");  // a klein base model: diffusers' 50 steps at CFG 4
+  EXPECT_EQ(fields.at("guidance_scale"), "4");
 }
 
 }  // namespace

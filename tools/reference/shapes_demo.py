@@ -22,8 +22,11 @@ def build():
     ref.set("model_dir", MODEL_DIR)
     calls = {}
     for i, prompt in enumerate(PROMPTS):
-        # The pipeline's defaults (4 steps, max_sequence_length 512) at the model's 64 px.
-        calls[f"pipeline{i}"] = common.run_pipeline(ref, pipeline, f"pipeline{i}", i == 0, SEED, prompt=prompt,
-                                                    height=64, width=64, num_inference_steps=4, guidance_scale=1.0)
+        # The model's defaults, given explicitly: a klein base model's 50 steps at CFG 4 against "",
+        # and the tokenizer's model_max_length, which xdit takes as its max_sequence_length default
+        # (diffusers' is 512 whatever the tokenizer says).
+        calls[f"pipeline{i}"] = common.run_pipeline(
+            ref, pipeline, f"pipeline{i}", False, SEED, prompt=prompt, height=64, width=64,
+            num_inference_steps=50, guidance_scale=4.0, max_sequence_length=pipeline.tokenizer.model_max_length)
     ref.set("calls", calls)
     ref.write()

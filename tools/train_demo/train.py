@@ -1,27 +1,29 @@
 """Trains the shapes-demo model (a small FLUX.2 klein) on the CPU and saves it in the diffusers layout.
 
     python tools/train_demo/train.py [--out models/shapes-demo] [--minutes-vae M] [--minutes-dit M]
-                                     [--size 64] [--seed 0] [--smoke]
+                                     [--minutes-tune M] [--seed 0] [--smoke]
 
-Phases, each time-boxed:
-1. tokenizer: a byte-level BPE with the Qwen2 pre-tokenizer and the Qwen3 chat template, learned
-   from the grammar's prompts (tools/reference/text.py does the learning);
-2. text encoder: a small random Qwen3ForCausalLM, frozen; the pipeline reads hidden_states
-   (9, 18, 27), so it has 28 layers and the prompt embeddings are 3 x hidden wide;
-3. VAE: AutoencoderKLFlux2 trained on the rendered pictures (L1 + MSE + a small KL), then its latent
-   BatchNorm statistics (bn.running_mean / running_var, which the pipeline uses to normalise the
-   patchified latents) are set from the encoded training set;
-4. transformer: Flux2Transformer2DModel trained by rectified flow matching in the pipeline's
-   convention: x_sigma = (1 - sigma) x0 + sigma noise, timestep = sigma (the pipeline passes t/1000),
-   target = noise - x0 (FlowMatchEulerDiscreteScheduler.step does x + (sigma_next - sigma) * v);
-   first with prompts padded to --text-len (64, cheap), then a last phase padded to --long-len (512,
-   the pipeline's max_sequence_length default, since the transformer attends to every pad token);
-5. tune phases at the sigmas the pipeline runs (1.0, 0.955, 0.875, 0.701 for 64 image tokens and 4
-   steps) and at logit-normal sigmas shifted as it shifts them; --resume DIR runs only these on a
-   saved model.
-Each phase stops at its time box or at --steps-<phase>; training.json in the output records the counts.
+One run from a fixed seed, in phases that each stop at a time box (--minutes-<phase>) or a step
+count (--steps-<phase>); training.json in the output records the steps each phase ran.
+1. data: grammar prompts and their pictures; a byte-level BPE tokenizer (Qwen2 pre-tokenizer,
+   Qwen3 chat template) learned by tools/reference/text.py; a small random Qwen3ForCausalLM text
+   encoder, frozen (the pipeline reads hidden_states 9, 18 and 27, so it has 28 layers); the
+   prompt embeddings the pipeline computes, padded to --text-len, which the saved tokenizer
+   declares as its model_max_length (xdit's default max_sequence_length for this model);
+2. vae: AutoencoderKLFlux2 on the pictures (L1 + MSE + a small KL) with a near-deterministic
+   posterior from the first step; its latent BatchNorm statistics (the pipeline normalises the
+   patchified latents with them) are then set from the encoded pictures;
+3. dit: Flux2Transformer2DModel by flow matching in the pipeline's convention: x_sigma = (1 - sigma)
+   x0 + sigma noise, timestep = sigma (the pipeline passes t / 1000), target noise - x0
+   (FlowMatchEulerDiscreteScheduler.step does x + (sigma_next - sigma) v); half of each batch at
+   fixed high sigmas, where only the prompt says what to draw (see dit_sigmas);
+4. tune: the same as a klein base model: shifted logit-normal sigmas over the whole schedule, and
+   PROMPT_DROPOUT of the prompts replaced by "", so that classifier-free guidance has an
+   unconditional prediction to push against.
+The saved transformer is the exponential moving average of the trained weights.
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -49,9 +51,19 @@ from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 TAPS = (9, 18, 27)  # Flux2KleinPipeline's default text_encoder_out_layers
 TEXT_HIDDEN = 64
 LATENT_CHANNELS = 8  # the transformer sees 4 x this per token (2x2 patchify)
-VAE_CHANNELS = (32, 64, 64)  # three levels: 8x spatial compression incl. the 2x2 patchify
+VAE_CHANNELS = (16, 32, 64)  # three levels: 8x spatial compression incl. the 2x2 patchify
+VAE_GROUPS = 8
+INITIAL_LOGVAR = -10.0  # posterior std exp(-5): the decoder sees the latent, not noise, from the start
 DIT = dict(num_layers=2, num_single_layers=4, attention_head_dim=32, num_attention_heads=4, mlp_ratio=3.0,
            axes_dims_rope=(8, 8, 8, 8), timestep_guidance_channels=256, rope_theta=2000)
+INFERENCE_STEPS = 50  # klein base: the pipeline's default step count
+PROMPT_DROPOUT = 0.1  # how often a tune prompt is replaced by "", the negative prompt CFG runs against
+# The dit phase's fixed sigmas: those of FLUX.2's 4-step schedule at 64 image tokens (shift 7.02).
+# Measured: with half of each batch here the model learns the colours several times faster than
+# with logit-normal sigmas alone, which seldom reach sigma 1, the step that decides the colours.
+HIGH_SIGMAS = (1.0, 0.9547, 0.8754, 0.7007)
+HIGH_SHIFT = 7.02
+WARMUP_STEPS = 100
 
 
 def log(*args):
@@ -86,10 +98,16 @@ def build_text_encoder(vocab_size, seed):
 
 
 def build_vae(size):
-    return AutoencoderKLFlux2(
+    vae = AutoencoderKLFlux2(
         down_block_types=("DownEncoderBlock2D",) * len(VAE_CHANNELS),
         up_block_types=("UpDecoderBlock2D",) * len(VAE_CHANNELS), block_out_channels=VAE_CHANNELS,
-        layers_per_block=1, norm_num_groups=16, latent_channels=LATENT_CHANNELS, sample_size=size)
+        layers_per_block=1, norm_num_groups=VAE_GROUPS, latent_channels=LATENT_CHANNELS, sample_size=size)
+    # The encoder's last conv gives the posterior mean, then its log-variance. With diffusers' init
+    # the posterior std is ~1, as large as the mean, and the decoder learns to blur through the noise.
+    with torch.no_grad():
+        vae.encoder.conv_out.weight[LATENT_CHANNELS:].zero_()
+        vae.encoder.conv_out.bias[LATENT_CHANNELS:].fill_(INITIAL_LOGVAR)
+    return vae
 
 
 def build_transformer():
@@ -114,29 +132,53 @@ def encode_prompts(text_encoder, tokenizer, prompts, text_len, batch=32):
     return torch.cat(out)
 
 
-def train_vae(vae, images, minutes, max_steps, batch, seed, kl_weight=1e-6):
+def cosine_lr(peak, phase):
+    """A linear warm-up over the first WARMUP_STEPS, then a cosine decay to 0 over the phase. The
+    warm-up counts steps, not time: the first step's torch.compile takes as long as many steps."""
+    warmup = min(1.0, (phase.step + 1) / WARMUP_STEPS)
+    return peak * warmup * 0.5 * (1 + math.cos(math.pi * min(1.0, phase.fraction())))
+
+
+class Phase:
+    """The progress of a phase that ends at a time box or a step count, whichever comes first;
+    fraction() (of whichever bounds it) drives the learning-rate schedule."""
+
+    def __init__(self, name, minutes, max_steps):
+        self.name, self.seconds, self.max_steps = name, 60 * minutes, max_steps
+        self.start, self.step = time.time(), 0
+
+    def running(self):
+        return self.step < self.max_steps and time.time() - self.start < self.seconds
+
+    def fraction(self):
+        return max(self.step / self.max_steps, (time.time() - self.start) / self.seconds)
+
+    def done(self):
+        log(f"{self.name}: {self.step} steps in {time.time() - self.start:.0f}s")
+        return self.step
+
+
+def train_vae(vae, images, phase, batch, seed, lr=2e-3, kl_weight=1e-6):
     generator = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(vae.parameters(), lr=1e-3, weight_decay=0.0)
+    opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
     vae.train()
-    start, step = time.time(), 0
-    while step < max_steps and time.time() - start < 60 * minutes:
-        idx = torch.randint(len(images), (batch,), generator=generator)
-        x = images[idx]
+    while phase.running():
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(lr, phase)
+        x = images[torch.randint(len(images), (batch,), generator=generator)]
         dist = vae.encode(x).latent_dist
         z = dist.mean + dist.std * torch.randn(dist.mean.shape, generator=generator)
         recon = vae.decode(z).sample
         rec = F.l1_loss(recon, x) + F.mse_loss(recon, x)
         kl = 0.5 * (dist.mean.pow(2) + dist.var - 1.0 - dist.logvar).sum(dim=(1, 2, 3)).mean()
-        loss = rec + kl_weight * kl
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (rec + kl_weight * kl).backward()
         torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
         opt.step()
-        if step % 50 == 0:
-            log(f"vae step {step}: rec {rec.item():.4f} kl {kl.item():.1f}")
-        step += 1
-    log(f"vae: {step} steps in {time.time() - start:.0f}s")
-    return vae.eval(), step
+        if phase.step % 100 == 0:
+            log(f"vae step {phase.step}: rec {rec.item():.4f} kl {kl.item():.1f}")
+        phase.step += 1
+    return vae.eval(), phase.done()
 
 
 def encode_latents(vae, images, batch=64):
@@ -158,58 +200,80 @@ def set_bn_statistics(vae, latents):
         vae.bn.num_batches_tracked.fill_(len(latents))
 
 
-def inference_shift(image_tokens, steps):
-    """(shift, sigmas): exp(mu) for FLUX.2's empirical mu at this many image tokens and steps, and
-    the sigmas the pipeline runs, its linear schedule mapped by s -> shift s / (1 + (shift - 1) s).
-    For the demo (64 tokens, 4 steps) the shift is 7.0 and the sigmas 1.0, 0.955, 0.875, 0.701."""
-    shift = math.exp(compute_empirical_mu(image_seq_len=image_tokens, num_steps=steps))
-    linear = torch.linspace(1.0, 1.0 / steps, steps)
-    return shift, shift * linear / (1 + (shift - 1) * linear)
+def inference_shift(image_tokens, steps=INFERENCE_STEPS):
+    """exp(mu) for FLUX.2's empirical mu at this many image tokens and steps: the pipeline maps its
+    linear schedule by s -> shift s / (1 + (shift - 1) s). For the demo (64 tokens, 50 steps) it is 4.96."""
+    return math.exp(compute_empirical_mu(image_seq_len=image_tokens, num_steps=steps))
 
 
-def train_dit(model, latents, embeds, minutes, max_steps, batch, seed, lr=5e-4, opt=None, first_step=0,
-              inference_sigmas=None):
-    """latents: BN-normalised patchified [N, C, h, w]; embeds: [N, L, D] float16. Returns the model,
-    the optimiser and the step count, so that a second phase (longer prompt padding) continues.
-    sigma is logit-normal; with inference_sigmas, half the batch instead takes one of those sigmas
-    and the other half is shifted as the pipeline shifts them (see inference_shift)."""
+def shifted_logit_normal(batch, generator, shift):
+    """Logit-normal sigmas shifted as the pipeline shifts its schedule (median 0.83 at shift 4.96).
+    Unshifted logit-normal sigmas (SD3, FLUX) seldom exceed 0.9, where only the prompt says what
+    to draw: a model trained on them learns to denoise and hardly follows the prompt."""
+    u = torch.sigmoid(torch.randn(batch, generator=generator))
+    return shift * u / (1 + (shift - 1) * u)
+
+
+def dit_sigmas(batch, generator):
+    """Even batch rows at one of HIGH_SIGMAS, odd ones shifted logit-normal (shift HIGH_SHIFT)."""
+    fixed = torch.tensor(HIGH_SIGMAS)[torch.randint(len(HIGH_SIGMAS), (batch,), generator=generator)]
+    spread = shifted_logit_normal(batch, generator, HIGH_SHIFT)
+    return torch.where(torch.arange(batch) % 2 == 0, fixed, spread)
+
+
+class Ema:
+    """The exponential moving average of a model's weights, the weights the model is saved with."""
+
+    def __init__(self, model, decay):
+        self.model, self.decay, self.updates = copy.deepcopy(model).eval(), decay, 0
+        self.model.requires_grad_(False)
+
+    def update(self, model):
+        self.updates += 1
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        with torch.no_grad():
+            for average, current in zip(self.model.parameters(), model.parameters()):
+                average.lerp_(current, 1 - decay)
+
+
+def train_dit(model, ema, latents, embeds, empty, phase, batch, seed, lr, base, compiled=None):
+    """latents: BN-normalised patchified [N, C, h, w]; embeds: [N, L, D] float16; empty: [1, L, D],
+    the embedding of "". `base` trains as a klein base model: shifted logit-normal sigmas, and ""
+    in place of PROMPT_DROPOUT of the prompts, so that the model also predicts without one
+    (classifier-free guidance); otherwise dit_sigmas and every prompt. `compiled` is the
+    torch.compile'd model, when it runs the steps."""
     generator = torch.Generator().manual_seed(seed)
-    opt = opt or torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    img_ids = Flux2KleinPipeline._prepare_latent_ids(latents[:1])
-    txt_ids = Flux2KleinPipeline._prepare_text_ids(embeds[:1])
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    img_ids = Flux2KleinPipeline._prepare_latent_ids(latents[:1]).expand(batch, -1, -1)
+    txt_ids = Flux2KleinPipeline._prepare_text_ids(embeds[:1]).expand(batch, -1, -1)
+    shift = inference_shift(latents.shape[2] * latents.shape[3])
+    forward = model if compiled is None else compiled
     model.train()
-    start, step, ema = time.time(), first_step, None
-    warmup = 100
-    while step - first_step < max_steps and time.time() - start < 60 * minutes:
+    average = None
+    while phase.running():
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(lr, phase)
         idx = torch.randint(len(latents), (batch,), generator=generator)
         x0 = Flux2KleinPipeline._pack_latents(latents[idx])
         noise = torch.randn(x0.shape, generator=generator)
-        # logit-normal sigma (SD3 / FLUX training), shape [B, 1, 1]
-        sigma = torch.sigmoid(torch.randn(batch, generator=generator))
-        if inference_sigmas is not None:
-            shift, exact = inference_sigmas
-            shifted = shift * sigma / (1 + (shift - 1) * sigma)
-            picked = exact[torch.randint(len(exact), (batch,), generator=generator)]
-            sigma = torch.where(torch.arange(batch) % 2 == 0, picked, shifted)
+        sigma = shifted_logit_normal(batch, generator, shift) if base else dit_sigmas(batch, generator)
         s = sigma.view(-1, 1, 1)
-        xt = (1 - s) * x0 + s * noise
-        pred = model(hidden_states=xt, encoder_hidden_states=embeds[idx].float(), timestep=sigma,
-                     img_ids=img_ids.expand(batch, -1, -1), txt_ids=txt_ids.expand(batch, -1, -1),
-                     guidance=None, return_dict=False)[0]
+        dropped = (torch.rand(batch, generator=generator) < (PROMPT_DROPOUT if base else 0.0)).view(-1, 1, 1)
+        prompt_embeds = torch.where(dropped, empty, embeds[idx]).float()
+        pred = forward(hidden_states=(1 - s) * x0 + s * noise, encoder_hidden_states=prompt_embeds,
+                       timestep=sigma, img_ids=img_ids, txt_ids=txt_ids, guidance=None, return_dict=False)[0]
         loss = F.mse_loss(pred, noise - x0)
-        for group in opt.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / warmup)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-        if (step - first_step) % 25 == 0:
-            rate = (time.time() - start) / (step - first_step + 1)
-            log(f"dit step {step}: loss {loss.item():.4f} (ema {ema:.4f}), {rate:.2f}s/step")
-        step += 1
-    log(f"dit ({embeds.shape[1]} text tokens): {step - first_step} steps in {time.time() - start:.0f}s")
-    return model.eval(), opt, step
+        ema.update(model)
+        average = loss.item() if average is None else 0.98 * average + 0.02 * loss.item()
+        if phase.step % 100 == 0:
+            rate = (time.time() - phase.start) / (phase.step + 1)
+            log(f"{phase.name} step {phase.step}: loss {loss.item():.4f} (average {average:.4f}), {rate:.2f}s/step")
+        phase.step += 1
+    return phase.done()
 
 
 def folder_size(folder):
@@ -219,31 +283,20 @@ def folder_size(folder):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "models/shapes-demo"))
-    parser.add_argument("--minutes-vae", type=float, default=15.0)
-    parser.add_argument("--minutes-dit", type=float, default=53.0)
     parser.add_argument("--size", type=int, default=64, help="picture side in pixels (multiple of 8)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--samples", type=int, default=4096, help="size of the fixed training set")
+    parser.add_argument("--samples", type=int, default=16384, help="size of the fixed training set")
     parser.add_argument("--text-len", type=int, default=64,
-                        help="prompt padding length of the main transformer phase (a prompt is ~33 tokens)")
-    parser.add_argument("--long-len", type=int, default=512,
-                        help="prompt padding length of the last phase: the pipeline's max_sequence_length default")
-    parser.add_argument("--minutes-long", type=float, default=12.0,
-                        help="minutes of the last transformer phase, at --long-len (0 skips it)")
-    parser.add_argument("--long-samples", type=int, default=1024,
-                        help="training samples whose prompts are also encoded at --long-len")
-    parser.add_argument("--batch", type=int, default=32, help="batch of the VAE and main transformer phases "
-                        "(the --long-len phase uses a quarter of it)")
-    parser.add_argument("--minutes-tune-short", type=float, default=0.0,
-                        help="minutes of a tuning phase like --minutes-tune but at --text-len and the full batch, "
-                             "before it (0 skips it)")
-    parser.add_argument("--minutes-tune", type=float, default=6.5,
-                        help="minutes of the tuning phase at --long-len: half of each batch at the sigmas the "
-                             "pipeline runs by default (4 steps), half at sigmas shifted as they are (0 skips it)")
-    parser.add_argument("--resume", metavar="DIR",
-                        help="load a saved model and run only the tune phases (how the committed model's last "
-                             "phases ran; the same as in one run, since each starts a fresh optimiser)")
-    for phase in ("vae", "dit", "long", "tune_short", "tune"):
+                        help="prompt padding (a prompt is ~33 tokens); saved as the tokenizer's model_max_length")
+    parser.add_argument("--batch-vae", type=int, default=16)
+    parser.add_argument("--batch-dit", type=int, default=32, help="batch of the dit and tune phases")
+    parser.add_argument("--lr-dit", type=float, default=5e-4)
+    parser.add_argument("--ema", type=float, default=0.999, help="decay of the saved weights' moving average")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the transformer steps through torch.compile (~1.4x faster on the CPU)")
+    budgets = {"vae": 17.0, "dit": 44.0, "tune": 14.0}
+    for phase, minutes in budgets.items():
+        parser.add_argument(f"--minutes-{phase}", type=float, default=minutes, help=f"time box of the {phase} phase")
         parser.add_argument(f"--steps-{phase}", type=int, default=None,
                             help=f"stop the {phase} phase after this many steps (with a generous --minutes-{phase}, "
                                  "a run that does not depend on the machine's speed)")
@@ -257,11 +310,13 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
-    def max_steps(phase):
-        given = getattr(args, f"steps_{phase}")
-        return given if given is not None else (3 if args.smoke else 10 ** 9)
+
+    def phase(name):
+        given = getattr(args, f"steps_{name}")
+        steps = given if given is not None else (3 if args.smoke else 10 ** 9)
+        return Phase(name, getattr(args, f"minutes_{name}"), steps)
+
     samples = 64 if args.smoke else args.samples
-    batch = 8 if args.smoke else args.batch
     t0 = time.time()
 
     # Data: a fixed, seeded set of (prompt, picture) from the training split.
@@ -273,90 +328,58 @@ def main():
     log(f"data: {samples} samples ({len(set(prompts))} prompts) at {args.size}px; "
         f"{len(train_attrs)} train / {len(held)} held-out prompts in the grammar")
 
-    previous = {}
-    if args.resume:
-        saved = Flux2KleinPipeline.from_pretrained(args.resume, dtype=torch.float32)
-        tokenizer, text_encoder, vae, transformer = saved.tokenizer, saved.text_encoder, saved.vae, saved.transformer
-        text_encoder.requires_grad_(False)
-        previous = json.loads((pathlib.Path(args.resume) / "training.json").read_text())
-        log(f"resumed {args.resume}: {previous.get('dit_steps')} transformer steps so far")
-    else:
-        tokenizer = build_tokenizer(args.seed)
-        text_encoder = build_text_encoder(len(tokenizer), args.seed + 1)
-        torch.manual_seed(args.seed + 2)
-        vae = build_vae(args.size)
-        torch.manual_seed(args.seed + 3)
-        transformer = build_transformer()
+    tokenizer = build_tokenizer(args.seed)
+    text_encoder = build_text_encoder(len(tokenizer), args.seed + 1)
+    torch.manual_seed(args.seed + 2)
+    vae = build_vae(args.size)
+    torch.manual_seed(args.seed + 3)
+    transformer = build_transformer()
     log(f"parameters: text encoder {count(text_encoder):,}, vae {count(vae):,}, transformer {count(transformer):,}")
 
     def encode(subset, length):
         unique = sorted(set(subset))
         cache = encode_prompts(text_encoder, tokenizer, unique, length)
         row = {p: i for i, p in enumerate(unique)}
-        log(f"text: {len(unique)} prompts encoded to {tuple(cache.shape)} (std {cache.float().std():.3f})")
+        log(f"text: {len(unique)} prompts encoded to {tuple(cache.shape)}")
         return cache[torch.tensor([row[p] for p in subset])]
 
-    needs_short = not args.resume or args.minutes_tune_short > 0
-    embeds = encode(prompts, args.text_len) if needs_short else None
-    long_count = min(samples, 16 if args.smoke else args.long_samples)
-    needs_long = args.minutes_tune > 0 or (args.minutes_long > 0 and not args.resume)
-    long_embeds = encode(prompts[:long_count], args.long_len) if needs_long else None
+    embeds = encode(prompts, args.text_len)
+    empty = encode_prompts(text_encoder, tokenizer, [""], args.text_len)
 
-    if args.resume:
-        vae_steps = previous["vae_steps"]
-        latents = encode_latents(vae, images)
-    else:
-        vae, vae_steps = train_vae(vae, images, args.minutes_vae, max_steps("vae"), batch, args.seed + 4)
-        latents = encode_latents(vae, images)
-        set_bn_statistics(vae, latents)
+    vae, vae_steps = train_vae(vae, images, phase("vae"), 8 if args.smoke else args.batch_vae, args.seed + 4)
+    latents = encode_latents(vae, images)
+    set_bn_statistics(vae, latents)
     mean = vae.bn.running_mean.view(1, -1, 1, 1)
     std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps)
     normalised = (latents - mean) / std
     log(f"latents {tuple(latents.shape)}: bn mean |.| {mean.abs().mean():.3f}, std {std.mean():.3f}")
 
-    if args.resume:
-        steps = previous["dit_steps"]
-    else:
-        transformer, opt, steps = train_dit(transformer, normalised, embeds, args.minutes_dit, max_steps("dit"),
-                                            batch, args.seed + 5)
-        if args.minutes_long > 0:
-            # The pipeline pads prompts to max_sequence_length (512 by default) and the transformer
-            # attends to every padding token; the main phase uses short padding (8x cheaper), this
-            # phase teaches the model the pipeline's default padding.
-            transformer, opt, steps = train_dit(transformer, normalised[:long_count], long_embeds, args.minutes_long,
-                                                max_steps("long"), max(1, batch // 4), args.seed + 6, opt=opt,
-                                                first_step=steps)
-    # Logit-normal sigmas seldom exceed 0.9, yet the pipeline's 4 steps all run at 0.70 and above,
-    # where only the prompt tells what to draw; the tune phases train there, each with a fresh optimiser.
-    sigmas = inference_shift((args.size // 8) ** 2, 4)
-    tune_short_steps = tune_steps = 0
-    if args.minutes_tune_short > 0:
-        transformer, _, tune_short_steps = train_dit(transformer, normalised, embeds, args.minutes_tune_short,
-                                                     max_steps("tune_short"), batch, args.seed + 8, lr=2e-4,
-                                                     inference_sigmas=sigmas)
-    if args.minutes_tune > 0:
-        transformer, _, tune_steps = train_dit(transformer, normalised[:long_count], long_embeds, args.minutes_tune,
-                                               max_steps("tune"), max(1, batch // 4), args.seed + 7, lr=2e-4,
-                                               inference_sigmas=sigmas)
+    ema = Ema(transformer, args.ema)
+    compiled = torch.compile(transformer, dynamic=False) if args.compile else None
+    batch_dit = 8 if args.smoke else args.batch_dit
+    dit_steps = train_dit(transformer, ema, normalised, embeds, empty, phase("dit"), batch_dit, args.seed + 5,
+                          args.lr_dit, False, compiled)
+    tune_steps = train_dit(transformer, ema, normalised, embeds, empty, phase("tune"), batch_dit, args.seed + 6,
+                           args.lr_dit, True, compiled)
 
-    scheduler = reference_flux2.scheduler()
-    pipeline = Flux2KleinPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
-                                  transformer=transformer, is_distilled=True)
+    tokenizer.model_max_length = args.text_len
+
+    pipeline = Flux2KleinPipeline(scheduler=reference_flux2.scheduler(), vae=vae, text_encoder=text_encoder,
+                                  tokenizer=tokenizer, transformer=ema.model, is_distilled=False)
     out = pathlib.Path(args.out)
     pipeline.save_pretrained(out, safe_serialization=True)
-    info = {**previous, "seed": args.seed, "size": args.size, "samples": samples, "text_len": args.text_len,
-            "long_len": args.long_len, "vae_steps": vae_steps, "long_samples": long_count, "dit_steps": steps,
-            "smoke": args.smoke,
-            "held_out_fraction": 0.1, "seconds": previous.get("seconds", 0) + round(time.time() - t0)}
-    if not args.resume:
-        info.update(minutes_vae=args.minutes_vae, minutes_dit=args.minutes_dit, minutes_long=args.minutes_long)
-    # Every run appends its tune phases, so a resumed model's lineage stays on record.
-    info["tune_runs"] = previous.get("tune_runs", []) + [
-        {"minutes_tune_short": args.minutes_tune_short, "tune_short_steps": tune_short_steps,
-         "minutes_tune": args.minutes_tune, "tune_steps": tune_steps, "seconds": round(time.time() - t0)}]
+    info = {"seed": args.seed, "size": args.size, "samples": samples,
+            "text_len": args.text_len, "smoke": args.smoke, "held_out_fraction": 0.1,
+            "batch": {"vae": args.batch_vae, "dit": args.batch_dit},
+            "lr_dit": args.lr_dit, "ema": args.ema, "compile": args.compile,
+            "minutes": {name: getattr(args, f"minutes_{name}") for name in budgets},
+            "steps": {"vae": vae_steps, "dit": dit_steps, "tune": tune_steps},
+            "seconds": round(time.time() - t0), "threads": args.threads,
+            "versions": {"torch": torch.__version__, "diffusers": __import__("diffusers").__version__}}
     (out / "training.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     size = folder_size(out)
-    log(f"saved {out}: {size / 1e6:.2f} MB ({'OK' if size <= 20 * 10 ** 6 else 'OVER 20 MB'})")
+    log(f"saved {out}: {size / 1e6:.2f} MB ({'OK' if size <= 20 * 10 ** 6 else 'OVER 20 MB'}), "
+        f"{info['seconds'] / 60:.1f} minutes in all")
 
 
 if __name__ == "__main__":
