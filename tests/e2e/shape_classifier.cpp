@@ -85,13 +85,23 @@ struct Box {
   int64_t top, left, bottom, right;  // inclusive
 };
 
+struct Bounds {
+  double min_x, max_x, min_y, max_y;
+};
+
+Bounds bounds(const Polygon& polygon) {
+  Bounds b{1e9, -1e9, 1e9, -1e9};
+  for (const auto& [x, y] : polygon) {
+    b.min_x = std::min(b.min_x, x), b.max_x = std::max(b.max_x, x);
+    b.min_y = std::min(b.min_y, y), b.max_y = std::max(b.max_y, y);
+  }
+  return b;
+}
+
 // The template's coverage of each pixel of `box`, the polygon's bounding box stretched over it
 // (4 x 4 samples per pixel, as the renderer's supersampling).
 std::vector<double> template_coverage(const Polygon& polygon, const Box& box) {
-  double min_x = 1e9, max_x = -1e9, min_y = 1e9, max_y = -1e9;
-  for (const auto& [x, y] : polygon) {
-    min_x = std::min(min_x, x), max_x = std::max(max_x, x), min_y = std::min(min_y, y), max_y = std::max(max_y, y);
-  }
+  const auto [min_x, max_x, min_y, max_y] = bounds(polygon);
   const int64_t height = box.bottom - box.top + 1, width = box.right - box.left + 1;
   std::vector<double> coverage(static_cast<size_t>(height * width), 0.0);
   constexpr int kSamples = 4;
@@ -236,11 +246,8 @@ ShapeReading read_shape_picture(const RgbImage& picture) {
   // Size: shapes.py draws a circle 0.30, 0.42 or 0.54 of the side across (+-8%), and another
   // shape at the same scale, so a square spans 0.85 of that and a triangle 0.95. The box's larger
   // side over the template's extent falls in one of three bands.
-  double min_x = 1e9, max_x = -1e9, min_y = 1e9, max_y = -1e9;
-  for (const auto& [x, y] : template_polygon(reading.shape)) {
-    min_x = std::min(min_x, x), max_x = std::max(max_x, x), min_y = std::min(min_y, y), max_y = std::max(max_y, y);
-  }
-  const double template_extent = std::max(max_x - min_x, max_y - min_y) / 2;
+  const Bounds drawn = bounds(template_polygon(reading.shape));
+  const double template_extent = std::max(drawn.max_x - drawn.min_x, drawn.max_y - drawn.min_y) / 2;
   const double extent = static_cast<double>(std::max(box.bottom - box.top, box.right - box.left) + 1) /
                         static_cast<double>(width) / template_extent;
   reading.size = extent < 0.355 ? "small" : extent < 0.476 ? "medium" : "large";

@@ -25,13 +25,14 @@ std::string model_stem(const RunOptions& o) {
 
 }  // namespace
 
-ImageSettings image_settings(const RunOptions& options, int64_t default_size, int64_t default_steps) {
+ImageSettings image_settings(const RunOptions& options, int64_t default_size, int64_t default_steps,
+                             int64_t default_max_sequence_length) {
   ImageSettings s;
   s.height = options.height.value_or(static_cast<int>(default_size));
   s.width = options.width.value_or(static_cast<int>(default_size));
   s.num_inference_steps = options.num_inference_steps.value_or(static_cast<int>(default_steps));
   s.flow_shift = options.flow_shift;
-  s.max_sequence_length = options.max_sequence_length.value_or(512);
+  s.max_sequence_length = options.max_sequence_length.value_or(static_cast<int>(default_max_sequence_length));
   s.dtype = options.dtype;
   s.fp8_transformer = options.gemm_quantization == GemmQuantization::Fp8;
   s.fp8_text_encoder = options.use_fp8_text_encoder;

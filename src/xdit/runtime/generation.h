@@ -35,8 +35,9 @@ struct ImageSettings {
   NoiseSource rng = NoiseSource::TorchCpu;
 };
 
-// The command line's values over the family's default size and steps.
-ImageSettings image_settings(const RunOptions& options, int64_t default_size, int64_t default_steps);
+// The command line's values over the model's default size, steps and prompt length.
+ImageSettings image_settings(const RunOptions& options, int64_t default_size, int64_t default_steps,
+                             int64_t default_max_sequence_length);
 
 // Throws a UsageError naming the size and the model folder unless both sides are multiples of `multiple`.
 void check_image_size(const ImageSettings& settings, int64_t multiple, const std::string& model_folder);

@@ -84,8 +84,8 @@ Pipeline Pipeline::open(const std::string& folder) {
 Settings Pipeline::settings_for(const RunOptions& options, Progress& progress) const {
   // diffusers' defaults: klein distilled 4 steps; klein base and dev 50 steps at guidance 4.
   Settings s;
-  static_cast<ImageSettings&>(s) = image_settings(options, default_size_, variant_ == Variant::KleinDistilled ? 4 : 50);
-  s.max_sequence_length = options.max_sequence_length.value_or(static_cast<int>(default_max_sequence_length_));
+  static_cast<ImageSettings&>(s) = image_settings(options, default_size_, variant_ == Variant::KleinDistilled ? 4 : 50,
+                                                  default_max_sequence_length_);
   s.guidance_scale = options.guidance_scale.value_or(4.0);
   if (variant_ == Variant::KleinDistilled) {
     if (options.guidance_scale && *options.guidance_scale > 1.0) {

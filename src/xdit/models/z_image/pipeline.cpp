@@ -65,7 +65,7 @@ Pipeline Pipeline::open(const std::string& folder) {
 
 Settings Pipeline::settings_for(const RunOptions& options) const {
   Settings s;
-  static_cast<ImageSettings&>(s) = image_settings(options, 1024, 8);
+  static_cast<ImageSettings&>(s) = image_settings(options, 1024, 8, /*default_max_sequence_length=*/512);
   s.guidance_scale = options.guidance_scale.value_or(0.0);
   const char* no_cfg = " has no effect: Z-Image runs no CFG at --guidance_scale <= 0";
   if (!s.cfg()) {
