@@ -81,10 +81,6 @@ bool inside(const Polygon& polygon, double x, double y) {
   return in;
 }
 
-struct Box {
-  int64_t top, left, bottom, right;  // inclusive
-};
-
 struct Bounds {
   double min_x, max_x, min_y, max_y;
 };
@@ -98,26 +94,105 @@ Bounds bounds(const Polygon& polygon) {
   return b;
 }
 
-// The template's coverage of each pixel of `box`, the polygon's bounding box stretched over it
-// (4 x 4 samples per pixel, as the renderer's supersampling).
-std::vector<double> template_coverage(const Polygon& polygon, const Box& box) {
-  const auto [min_x, max_x, min_y, max_y] = bounds(polygon);
-  const int64_t height = box.bottom - box.top + 1, width = box.right - box.left + 1;
+// The polygon's area and area centroid (shoelace formula).
+struct Moments {
+  double area, x, y;
+};
+
+Moments moments(const Polygon& polygon) {
+  double twice_area = 0, x = 0, y = 0;
+  for (size_t i = 0, j = polygon.size() - 1; i < polygon.size(); j = i++) {
+    const double cross = polygon[j][0] * polygon[i][1] - polygon[i][0] * polygon[j][1];
+    twice_area += cross;
+    x += (polygon[j][0] + polygon[i][0]) * cross, y += (polygon[j][1] + polygon[i][1]) * cross;
+  }
+  return {std::abs(twice_area) / 2, x / (3 * twice_area), y / (3 * twice_area)};
+}
+
+// The polygon's coverage of each pixel of a height x width picture, drawn with its origin at
+// (cx, cy) and radius r in pixels (4 x 4 samples per pixel, as the renderer's supersampling).
+std::vector<double> template_coverage(const Polygon& polygon, double cx, double cy, double r, int64_t height,
+                                      int64_t width) {
+  const Bounds b = bounds(polygon);
+  const auto clamp = [](double at, int64_t side) {
+    return std::clamp<int64_t>(static_cast<int64_t>(std::floor(at)), 0, side - 1);
+  };
   std::vector<double> coverage(static_cast<size_t>(height * width), 0.0);
   constexpr int kSamples = 4;
-  for (int64_t y = 0; y < height; ++y) {
-    for (int64_t x = 0; x < width; ++x) {
+  for (int64_t y = clamp(cy + r * b.min_y, height); y <= clamp(cy + r * b.max_y, height); ++y) {
+    for (int64_t x = clamp(cx + r * b.min_x, width); x <= clamp(cx + r * b.max_x, width); ++x) {
       int hits = 0;
       for (int sy = 0; sy < kSamples; ++sy) {
         for (int sx = 0; sx < kSamples; ++sx) {
-          const double u = (x + (sx + 0.5) / kSamples) / width, v = (y + (sy + 0.5) / kSamples) / height;
-          hits += inside(polygon, min_x + u * (max_x - min_x), min_y + v * (max_y - min_y)) ? 1 : 0;
+          const double u = (x + (sx + 0.5) / kSamples - cx) / r, v = (y + (sy + 0.5) / kSamples - cy) / r;
+          hits += inside(polygon, u, v) ? 1 : 0;
         }
       }
       coverage[static_cast<size_t>(y * width + x)] = static_cast<double>(hits) / (kSamples * kSamples);
     }
   }
   return coverage;
+}
+
+// A separable Gaussian blur of `sigma` pixels, zero outside the picture.
+std::vector<double> gaussian_blur(const std::vector<double>& image, int64_t height, int64_t width, double sigma) {
+  const int64_t reach = static_cast<int64_t>(std::ceil(3 * sigma));
+  std::vector<double> kernel(static_cast<size_t>(2 * reach + 1));
+  double total = 0;
+  for (int64_t k = -reach; k <= reach; ++k) {
+    total += kernel[static_cast<size_t>(k + reach)] = std::exp(-0.5 * static_cast<double>(k * k) / (sigma * sigma));
+  }
+  for (double& weight : kernel) weight /= total;
+  const auto pass = [&](const std::vector<double>& from, bool along_rows) {
+    std::vector<double> to(from.size(), 0.0);
+    for (int64_t y = 0; y < height; ++y) {
+      for (int64_t x = 0; x < width; ++x) {
+        double sum = 0;
+        for (int64_t k = -reach; k <= reach; ++k) {
+          const int64_t fy = along_rows ? y : y + k, fx = along_rows ? x + k : x;
+          if (fy < 0 || fx < 0 || fy >= height || fx >= width) continue;
+          sum += kernel[static_cast<size_t>(k + reach)] * from[static_cast<size_t>(fy * width + fx)];
+        }
+        to[static_cast<size_t>(y * width + x)] = sum;
+      }
+    }
+    return to;
+  };
+  return pass(pass(image, true), false);
+}
+
+// How well a template explains a region: the polygon, centred on the region's centroid, scaled
+// and softened by a Gaussian blur, then cut at half coverage as the region was cut; the score is
+// the best intersection over union with the region, the radius the one that gave it.
+struct TemplateFit {
+  double score = 0, radius = 0;
+};
+
+TemplateFit fit_template(const Polygon& polygon, const std::vector<bool>& region, double area, double centre_x,
+                         double centre_y, int64_t height, int64_t width) {
+  // A decoded picture's edges are soft, as a blur of up to ~2 px (docs/getting-started.md): a soft
+  // star cut at half coverage loses its points' tips and fills the notches between them.
+  static const double kBlurs[] = {0.0, 1.0, 2.0};
+  const Moments m = moments(polygon);
+  const double area_radius = std::sqrt(area / m.area);
+  TemplateFit best;
+  for (double scale = 0.8; scale < 1.26; scale += 0.025) {
+    const double r = area_radius * scale;
+    const std::vector<double> sharp =
+        template_coverage(polygon, centre_x - r * m.x, centre_y - r * m.y, r, height, width);
+    for (const double sigma : kBlurs) {
+      const std::vector<double> coverage = sigma > 0 ? gaussian_blur(sharp, height, width, sigma) : sharp;
+      double intersection = 0, union_ = 0;
+      for (size_t i = 0; i < coverage.size(); ++i) {
+        const bool drawn = coverage[i] > 0.5;
+        intersection += drawn && region[i] ? 1 : 0;
+        union_ += drawn || region[i] ? 1 : 0;
+      }
+      const double score = union_ > 0 ? intersection / union_ : 0.0;
+      if (score > best.score) best = {score, r};
+    }
+  }
+  return best;
 }
 
 // The largest 4-connected region of `mask` ([H * W], row-major).
@@ -210,46 +285,29 @@ ShapeReading read_shape_picture(const RgbImage& picture) {
   }
   const std::vector<bool> region = largest_region(mask, height, width);
   if (region.empty()) return reading;
-  Box box{height, width, -1, -1};
   double sum_y = 0, sum_x = 0, area = 0;
   for (int64_t y = 0; y < height; ++y) {
     for (int64_t x = 0; x < width; ++x) {
       if (!region[static_cast<size_t>(y * width + x)]) continue;
-      box.top = std::min(box.top, y), box.bottom = std::max(box.bottom, y);
-      box.left = std::min(box.left, x), box.right = std::max(box.right, x);
       sum_y += y + 0.5, sum_x += x + 0.5, area += 1;
     }
   }
+  const double centre_y = sum_y / area, centre_x = sum_x / area;
 
   const auto third = [](double at, int64_t side) { return std::min<int64_t>(2, static_cast<int64_t>(3 * at / side)); };
   static const char* const kRows[] = {"top", "middle", "bottom"};
   static const char* const kColumns[] = {"left", "center", "right"};
-  reading.position = std::string(kRows[third(sum_y / area, height)]) + " " + kColumns[third(sum_x / area, width)];
+  reading.position = std::string(kRows[third(centre_y, height)]) + " " + kColumns[third(centre_x, width)];
 
-  // Shape: the template with the best soft intersection over union inside the box.
-  const int64_t box_width = box.right - box.left + 1;
+  double radius = 0;
   for (const std::string& shape : shape_names()) {
-    const std::vector<double> coverage = template_coverage(template_polygon(shape), box);
-    double intersection = 0, union_ = 0;
-    for (int64_t y = box.top; y <= box.bottom; ++y) {
-      for (int64_t x = box.left; x <= box.right; ++x) {
-        const double t = coverage[static_cast<size_t>((y - box.top) * box_width + (x - box.left))];
-        const double m = region[static_cast<size_t>(y * width + x)] ? 1.0 : 0.0;
-        intersection += std::min(t, m);
-        union_ += std::max(t, m);
-      }
-    }
-    const double score = union_ > 0 ? intersection / union_ : 0.0;
-    if (score > reading.shape_score) reading.shape_score = score, reading.shape = shape;
+    const TemplateFit fit = fit_template(template_polygon(shape), region, area, centre_x, centre_y, height, width);
+    if (fit.score > reading.shape_score) reading.shape_score = fit.score, reading.shape = shape, radius = fit.radius;
   }
 
-  // Size: shapes.py draws a circle 0.30, 0.42 or 0.54 of the side across (+-8%), and another
-  // shape at the same scale, so a square spans 0.85 of that and a triangle 0.95. The box's larger
-  // side over the template's extent falls in one of three bands.
-  const Bounds drawn = bounds(template_polygon(reading.shape));
-  const double template_extent = std::max(drawn.max_x - drawn.min_x, drawn.max_y - drawn.min_y) / 2;
-  const double extent = static_cast<double>(std::max(box.bottom - box.top, box.right - box.left) + 1) /
-                        static_cast<double>(width) / template_extent;
+  // Size: shapes.py draws every shape at radius 0.30, 0.42 or 0.54 of the side over 2 (+-8%); the
+  // fitted radius falls in one of three bands.
+  const double extent = 2 * radius / static_cast<double>(width);
   reading.size = extent < 0.355 ? "small" : extent < 0.476 ? "medium" : "large";
   return reading;
 }

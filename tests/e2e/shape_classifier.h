@@ -20,14 +20,15 @@ struct ShapeReading {
   std::string background;
   std::string size;        // small, medium or large: the shape's extent against the picture's side
   std::string position;    // "top left" ... "bottom right": the 3 x 3 cell of the shape's centroid
-  double shape_score = 0;  // intersection over union of the shape with the best template, 0..1
+  double shape_score = 0;  // intersection over union of the region with the best-fitting template, 0..1
 };
 
 // Reads one picture. The background is the median of the outer ring of pixels, snapped to the
 // nearest palette colour; the shape colour is the most common palette colour among the pixels far
-// from the background; the shape is the best-overlapping template over the bounding box of the
-// largest connected region of shape-coloured pixels, whose extent and centroid give the size and
-// the position.
+// from the background. The largest connected region of shape-coloured pixels gives the position
+// (its centroid's cell) and the shape: the template that, centred there, scaled, and blurred by
+// 0, 1 or 2 px as a decoded picture's soft edges are, overlaps it best; that fit's radius gives
+// the size.
 ShapeReading read_shape_picture(const RgbImage& picture);
 
 // The tile at (row, column) of an atlas of `tile` x `tile` pictures.
