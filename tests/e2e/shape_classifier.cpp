@@ -305,10 +305,10 @@ ShapeReading read_shape_picture(const RgbImage& picture) {
     if (fit.score > reading.shape_score) reading.shape_score = fit.score, reading.shape = shape, radius = fit.radius;
   }
 
-  // Size: shapes.py draws every shape at radius 0.30, 0.42 or 0.54 of the side over 2 (+-8%); the
-  // fitted radius falls in one of three bands.
+  // Size: shapes.py draws every shape at radius 0.38, 0.47 or 0.56 of the side over 2 (+-4%); the
+  // fitted radius falls in one of three bands, split at the geometric means.
   const double extent = 2 * radius / static_cast<double>(width);
-  reading.size = extent < 0.355 ? "small" : extent < 0.476 ? "medium" : "large";
+  reading.size = extent < 0.423 ? "small" : extent < 0.513 ? "medium" : "large";
   return reading;
 }
 

@@ -40,7 +40,7 @@ TEST(ShapeClassifier, ReadsEveryGroundTruthPicture) { expect_every_tile_read_rig
 
 // A Gaussian blur of 1.5 px: the points of a star cut at half coverage are shorter and its
 // notches shallower. A classifier that stretched sharp templates over the region's bounding box
-// read 7 of these 8 stars as diamonds or circles and 2 more pictures a size too small.
+// read 3 of these 8 stars as diamonds and 6 more pictures a size too small.
 TEST(ShapeClassifier, ReadsEverySoftenedGroundTruthPicture) { expect_every_tile_read_right("shapes_atlas_soft.png"); }
 
 TEST(ShapeClassifier, APlainPictureHasNoShape) {

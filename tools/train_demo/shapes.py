@@ -17,9 +17,10 @@ COLOURS = {
     "red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (240, 210, 40),
     "purple": (140, 60, 180), "orange": (245, 140, 30), "white": (245, 245, 245), "black": (20, 20, 20),
 }
-# Shape extent as a fraction of the side: 19, 27 and 35 px at 64 px (a 14 px shape came out of the
-# VAE unrecognisable more often than not).
-SIZES = {"small": 0.30, "medium": 0.42, "large": 0.54}
+# Shape extent as a fraction of the side: 24, 30 and 36 px at 64 px. The VAE's latent pixel is 4 px,
+# and the points of a smaller star or diamond fall inside one: at 19 px the previous demo VAE kept
+# almost no small star recognisable (tools/train_demo/README.md).
+SIZES = {"small": 0.38, "medium": 0.47, "large": 0.56}
 ROWS = ["top", "middle", "bottom"]
 COLUMNS = ["left", "center", "right"]
 POSITIONS = [f"{r} {c}" for r in ROWS for c in COLUMNS]  # "middle center" is said "center"
@@ -113,7 +114,7 @@ def render(attrs, size=64, seed=0, supersample=4):
     side = size * supersample
     image = Image.new("RGB", (side, side), COLOURS[attrs["background"]])
     draw = ImageDraw.Draw(image)
-    r = SIZES[attrs["size"]] * side / 2 * rng.uniform(0.92, 1.08)
+    r = SIZES[attrs["size"]] * side / 2 * rng.uniform(0.96, 1.04)
     row, column = attrs["position"].split()
     cell = side / 3
     cx = (COLUMNS.index(column) + 0.5) * cell + rng.uniform(-0.08, 0.08) * cell

@@ -1,7 +1,7 @@
 """Trains the shapes-demo model (a small FLUX.2 klein) on the CPU and saves it in the diffusers layout.
 
     python tools/train_demo/train.py [--out models/shapes-demo] [--minutes-vae M] [--minutes-dit M]
-                                     [--minutes-tune M] [--seed 0] [--smoke]
+                                     [--minutes-tune M] [--minutes-retune M] [--seed 0] [--smoke]
 
 One run from a fixed seed, in phases that each stop at a time box (--minutes-<phase>) or a step
 count (--steps-<phase>); training.json in the output records the steps each phase ran.
@@ -19,8 +19,12 @@ count (--steps-<phase>); training.json in the output records the steps each phas
    fixed high sigmas, where only the prompt says what to draw (see dit_sigmas);
 4. tune: the same as a klein base model: shifted logit-normal sigmas over the whole schedule, and
    PROMPT_DROPOUT of the prompts replaced by "", so that classifier-free guidance has an
-   unconditional prediction to push against.
-The saved transformer is the exponential moving average of the trained weights.
+   unconditional prediction to push against;
+5. retune: the tune phase again at half the peak learning rate, from a fresh optimiser (a second
+   cosine cycle drew more shapes right than one cycle of the same length).
+The saved transformer is the exponential moving average of the trained weights. --from DIR continues
+a saved model with one more retune cycle: it loads the model's tokenizer, text encoder, VAE and
+transformer, rebuilds the same data, and skips phases 2 to 4.
 """
 import argparse
 import copy
@@ -286,15 +290,16 @@ def main():
     parser.add_argument("--size", type=int, default=64, help="picture side in pixels (multiple of 8)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", type=int, default=16384, help="size of the fixed training set")
-    parser.add_argument("--text-len", type=int, default=64,
-                        help="prompt padding (a prompt is ~33 tokens); saved as the tokenizer's model_max_length")
+    parser.add_argument("--text-len", type=int, default=40,
+                        help="prompt padding (a grammar prompt is at most 33 tokens); saved as the tokenizer's "
+                             "model_max_length")
     parser.add_argument("--batch-vae", type=int, default=16)
     parser.add_argument("--batch-dit", type=int, default=32, help="batch of the dit and tune phases")
     parser.add_argument("--lr-dit", type=float, default=5e-4)
     parser.add_argument("--ema", type=float, default=0.999, help="decay of the saved weights' moving average")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                         help="run the transformer steps through torch.compile (~1.4x faster on the CPU)")
-    budgets = {"vae": 17.0, "dit": 44.0, "tune": 14.0}
+    budgets = {"vae": 19.0, "dit": 32.0, "tune": 16.0, "retune": 18.0}
     for phase, minutes in budgets.items():
         parser.add_argument(f"--minutes-{phase}", type=float, default=minutes, help=f"time box of the {phase} phase")
         parser.add_argument(f"--steps-{phase}", type=int, default=None,
@@ -302,9 +307,13 @@ def main():
                                  "a run that does not depend on the machine's speed)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--smoke", action="store_true", help="a few steps per phase, a tiny data set")
+    parser.add_argument("--from", dest="start", metavar="DIR",
+                        help="continue this saved model with one more retune cycle (phases 2 to 4 skipped)")
     args = parser.parse_args()
     if args.size % 8:
         parser.error("--size must be a multiple of 8")
+    if args.start and pathlib.Path(args.start).resolve() == pathlib.Path(args.out).resolve():
+        parser.error("--from and --out must be different folders: the model is saved while its files are read")
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     torch.set_num_threads(args.threads)
@@ -328,12 +337,23 @@ def main():
     log(f"data: {samples} samples ({len(set(prompts))} prompts) at {args.size}px; "
         f"{len(train_attrs)} train / {len(held)} held-out prompts in the grammar")
 
-    tokenizer = build_tokenizer(args.seed)
-    text_encoder = build_text_encoder(len(tokenizer), args.seed + 1)
-    torch.manual_seed(args.seed + 2)
-    vae = build_vae(args.size)
-    torch.manual_seed(args.seed + 3)
-    transformer = build_transformer()
+    if args.start:
+        start = Flux2KleinPipeline.from_pretrained(args.start)
+        tokenizer, text_encoder, vae, transformer = start.tokenizer, start.text_encoder, start.vae, start.transformer
+        earlier = json.loads((pathlib.Path(args.start) / "training.json").read_text())
+        if (earlier["seed"], earlier["size"], earlier["samples"]) != (args.seed, args.size, samples):
+            parser.error(f"--from {args.start}: trained with seed {earlier['seed']}, size {earlier['size']} and "
+                         f"{earlier['samples']} samples; pass the same --seed, --size and --samples")
+        args.text_len = tokenizer.model_max_length
+        log(f"continuing {args.start}: {earlier.get('retune_cycles', 1)} retune cycle(s) so far")
+    else:
+        tokenizer = build_tokenizer(args.seed)
+        text_encoder = build_text_encoder(len(tokenizer), args.seed + 1)
+        torch.manual_seed(args.seed + 2)
+        vae = build_vae(args.size)
+        torch.manual_seed(args.seed + 3)
+        transformer = build_transformer()
+        earlier = None
     log(f"parameters: text encoder {count(text_encoder):,}, vae {count(vae):,}, transformer {count(transformer):,}")
 
     def encode(subset, length):
@@ -346,9 +366,12 @@ def main():
     embeds = encode(prompts, args.text_len)
     empty = encode_prompts(text_encoder, tokenizer, [""], args.text_len)
 
-    vae, vae_steps = train_vae(vae, images, phase("vae"), 8 if args.smoke else args.batch_vae, args.seed + 4)
-    latents = encode_latents(vae, images)
-    set_bn_statistics(vae, latents)
+    if earlier is None:
+        vae, vae_steps = train_vae(vae, images, phase("vae"), 8 if args.smoke else args.batch_vae, args.seed + 4)
+        latents = encode_latents(vae, images)
+        set_bn_statistics(vae, latents)
+    else:
+        latents = encode_latents(vae.eval(), images)
     mean = vae.bn.running_mean.view(1, -1, 1, 1)
     std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps)
     normalised = (latents - mean) / std
@@ -357,10 +380,14 @@ def main():
     ema = Ema(transformer, args.ema)
     compiled = torch.compile(transformer, dynamic=False) if args.compile else None
     batch_dit = 8 if args.smoke else args.batch_dit
-    dit_steps = train_dit(transformer, ema, normalised, embeds, empty, phase("dit"), batch_dit, args.seed + 5,
-                          args.lr_dit, False, compiled)
-    tune_steps = train_dit(transformer, ema, normalised, embeds, empty, phase("tune"), batch_dit, args.seed + 6,
-                           args.lr_dit, True, compiled)
+    if earlier is None:
+        dit_steps = train_dit(transformer, ema, normalised, embeds, empty, phase("dit"), batch_dit, args.seed + 5,
+                              args.lr_dit, False, compiled)
+        tune_steps = train_dit(transformer, ema, normalised, embeds, empty, phase("tune"), batch_dit,
+                               args.seed + 6, args.lr_dit, True, compiled)
+    cycles = 1 if earlier is None else earlier.get("retune_cycles", 1) + 1
+    retune_steps = train_dit(transformer, ema, normalised, embeds, empty, phase("retune"), batch_dit,
+                             args.seed + 6 + cycles, args.lr_dit / 2, True, compiled)
 
     tokenizer.model_max_length = args.text_len
 
@@ -372,10 +399,15 @@ def main():
             "text_len": args.text_len, "smoke": args.smoke, "held_out_fraction": 0.1,
             "batch": {"vae": args.batch_vae, "dit": args.batch_dit},
             "lr_dit": args.lr_dit, "ema": args.ema, "compile": args.compile,
-            "minutes": {name: getattr(args, f"minutes_{name}") for name in budgets},
-            "steps": {"vae": vae_steps, "dit": dit_steps, "tune": tune_steps},
-            "seconds": round(time.time() - t0), "threads": args.threads,
+            "seconds": round(time.time() - t0), "threads": args.threads, "retune_cycles": cycles,
             "versions": {"torch": torch.__version__, "diffusers": __import__("diffusers").__version__}}
+    if earlier is None:
+        info["minutes"] = {name: getattr(args, f"minutes_{name}") for name in budgets}
+        info["steps"] = {"vae": vae_steps, "dit": dit_steps, "tune": tune_steps, "retune": retune_steps}
+    else:
+        info["minutes"] = {"retune": args.minutes_retune}
+        info["steps"] = {"retune": retune_steps}
+        info["continues"] = earlier
     (out / "training.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     size = folder_size(out)
     log(f"saved {out}: {size / 1e6:.2f} MB ({'OK' if size <= 20 * 10 ** 6 else 'OVER 20 MB'}), "

@@ -74,7 +74,7 @@ Pipeline Pipeline::open(const std::string& folder) {
   // model trained at another size (the bundled demo model, 64) gets its own.
   const int64_t default_size = vae_config.sample_size.value_or(128 * vae_scale_factor);
   // diffusers pads prompts to max_sequence_length 512 whatever the tokenizer says. A tokenizer that
-  // declares a shorter model_max_length (the demo model's 64: it was trained at that length) caps
+  // declares a shorter model_max_length (the demo model's 40: it was trained at that length) caps
   // the default, since the transformer attends to every padding token.
   const TokenizerConfig tokenizer = TokenizerConfig::load(repo.component_file("tokenizer", "tokenizer_config.json"));
   const int64_t default_max_sequence_length = std::min<int64_t>(512, tokenizer.model_max_length.value_or(512));
